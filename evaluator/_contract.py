@@ -1,0 +1,149 @@
+"""The metric return-value rules of ``CONTRACT.md``: one validator for every caller.
+
+The contract check, every example of a full run (in whatever executor) and the DSPy
+adapter all call :func:`validate_return`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import reprlib
+from typing import Any
+
+import msgspec
+
+from ._exceptions import InvalidReturn
+from ._results import Scored
+
+__all__ = ["short_repr", "validate_return"]
+
+_repr = reprlib.Repr()
+_repr.maxstring = 60
+_repr.maxother = 60
+_repr.maxlong = 40
+_repr.maxdict = 4
+_repr.maxlist = 4
+_repr.maxtuple = 4
+
+_PAIR_HINT = 'return a pair: (score, {"feedback": "..."})'
+
+
+def short_repr(value: Any) -> str:
+    """A repr short enough for an error message."""
+    try:
+        text = _repr.repr(value)
+    except Exception:  # a user object whose __repr__ raises
+        text = f"<{type(value).__name__} object>"
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _number_problem(value: Any) -> str | None:
+    """Why ``value`` is not a contract number, or None when it is one."""
+    if isinstance(value, bool):
+        return f"is a bool ({value!r}); return 1.0 or 0.0 instead"
+    if not isinstance(value, numbers.Real):
+        return f"is a {type(value).__name__} ({short_repr(value)}); return a number"
+    try:
+        as_float = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return f"is a {type(value).__name__} that does not convert to float; return a float"
+    if math.isnan(as_float):
+        return "is NaN; return a finite number (an optimizer cannot climb NaN)"
+    if math.isinf(as_float):
+        return f"is {as_float}; return a finite number"
+    return None
+
+
+def _to_number(value: Any, what: str, example_id: Any) -> float:
+    # Fast path for the common case: a plain float or int.
+    kind = type(value)
+    if kind is float:
+        if value - value == 0.0:  # false for NaN and infinities
+            return value  # type: ignore[no-any-return]
+    elif kind is int:
+        return float(value)
+    problem = _number_problem(value)
+    if problem is not None:
+        raise InvalidReturn(f"{what} {problem}", example_id=example_id)
+    return float(value)
+
+
+def _normalise_extra(extra: dict[str, Any]) -> dict[str, Any]:
+    """Extra info keys as they will read back from JSON, so results round-trip unchanged."""
+    encoded = msgspec.json.encode(extra, enc_hook=repr, order="deterministic")
+    decoded: dict[str, Any] = msgspec.json.decode(encoded)
+    return decoded
+
+
+def validate_return(value: Any, example_id: Any = None) -> Scored:
+    """Check a metric's return value against the contract and return it as a ``Scored``.
+
+    Raises :class:`InvalidReturn` naming the step, the example and the fix.
+    """
+    if type(value) is not tuple and type(value) is not list:
+        if isinstance(value, (tuple, list)):
+            pass  # a subclass (a NamedTuple, say) is still a pair
+        else:
+            raise InvalidReturn(
+                f"returned {short_repr(value)} ({type(value).__name__}), not a pair; {_PAIR_HINT}",
+                example_id=example_id,
+            )
+    if len(value) != 2:
+        raise InvalidReturn(
+            f"returned a {type(value).__name__} of {len(value)} items "
+            f"({short_repr(value)}); {_PAIR_HINT}",
+            example_id=example_id,
+        )
+    raw_score, info = value
+    score = _to_number(raw_score, "the score", example_id)
+    if type(info) is not dict and not isinstance(info, dict):
+        raise InvalidReturn(
+            f"the info is a {type(info).__name__} ({short_repr(info)}), not a dict; "
+            'return (score, {"feedback": "..."})',
+            example_id=example_id,
+        )
+    if "feedback" not in info:
+        raise InvalidReturn(
+            f"the info dict has no 'feedback' key ({short_repr(info)}); "
+            'add {"feedback": "what is wrong and what the right result looks like"}',
+            example_id=example_id,
+        )
+    feedback = info["feedback"]
+    if not isinstance(feedback, str):
+        raise InvalidReturn(
+            f"the feedback is a {type(feedback).__name__} ({short_repr(feedback)}), not a str; "
+            "return the feedback as text",
+            example_id=example_id,
+        )
+    scores: dict[str, float] = {}
+    extra: dict[str, Any] = {}
+    for key, item in info.items():
+        if key == "feedback":
+            continue
+        if key == "scores":
+            if not isinstance(item, dict):
+                raise InvalidReturn(
+                    f"'scores' is a {type(item).__name__} ({short_repr(item)}), not a dict; "
+                    'return "scores": {"name": number, ...}',
+                    example_id=example_id,
+                )
+            for name, named in item.items():
+                if not isinstance(name, str):
+                    raise InvalidReturn(
+                        f"a key of 'scores' is a {type(name).__name__} ({short_repr(name)}); "
+                        "name each score with a str",
+                        example_id=example_id,
+                    )
+                scores[name] = _to_number(named, f"the named score {name!r}", example_id)
+        elif not isinstance(key, str):
+            raise InvalidReturn(
+                f"the info dict has a key of type {type(key).__name__} ({short_repr(key)}); "
+                "use str keys",
+                example_id=example_id,
+            )
+        else:
+            extra[key] = item
+    if extra:
+        extra = _normalise_extra(extra)
+    return Scored(score, scores, str(feedback), extra)

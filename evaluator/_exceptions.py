@@ -1,0 +1,92 @@
+"""Exceptions raised by the evaluation engine.
+
+Every error a user can cause says what was wrong, where, and how to fix it; the data
+stays on the exception as attributes.
+
+    EvaluationError
+    ├── ConfigError (ValueError)         a bad option: timeout out of range, unknown executor
+    ├── DatasetError (ValueError)        a bad dataset row: file, line, problem
+    ├── ContractError                    a failed contract step: step, example id, message
+    │   └── InvalidReturn (TypeError)    the step "Metric return value"
+    └── OutsideCallError (RuntimeError)  observation() and friends used outside a call
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+STEP_FILE = "Metric file"
+STEP_SIGNATURE = "Metric signature"
+STEP_REWARD = "Reward spec"
+STEP_RUNS = "Metric runs"
+STEP_RETURN = "Metric return value"
+STEPS = (STEP_FILE, STEP_SIGNATURE, STEP_REWARD, STEP_RUNS, STEP_RETURN)
+
+
+class EvaluationError(Exception):
+    """The root of every error this package raises on purpose."""
+
+
+class ConfigError(EvaluationError, ValueError):
+    """An option given to the engine or the CLI is out of range or malformed."""
+
+
+class DatasetError(EvaluationError, ValueError):
+    """A dataset file or row is malformed; names the file, the line and the problem."""
+
+    def __init__(self, path: str | Path | None, line: int | None, problem: str) -> None:
+        self.path = str(path) if path is not None else None
+        self.line = line
+        self.problem = problem
+        where = self.path or "<dataset>"
+        if line is not None:
+            where = f"{where}:{line}"
+        super().__init__(f"{where}: {problem}")
+
+
+class ContractError(EvaluationError):
+    """A step of the metric contract failed.
+
+    ``step`` is one of the step names of ``CONTRACT.md``; ``example_id`` is set for the
+    steps that run the metric on an example.
+    """
+
+    def __init__(
+        self,
+        step: str,
+        message: str,
+        *,
+        example_id: Any = None,
+        path: str | Path | None = None,
+        line: int | None = None,
+    ) -> None:
+        self.step = step
+        self.message = message
+        self.example_id = example_id
+        self.path = str(path) if path is not None else None
+        self.line = line
+        parts = [step]
+        if example_id is not None:
+            parts.append(f"example {example_id!r}")
+        if self.path is not None:
+            parts.append(f"{self.path}:{line}" if line is not None else self.path)
+        super().__init__(": ".join([*parts, message]))
+
+
+class InvalidReturn(ContractError, TypeError):
+    """The metric's return value breaks the shape rules of the contract."""
+
+    def __init__(self, message: str, *, example_id: Any = None) -> None:
+        super().__init__(STEP_RETURN, message, example_id=example_id)
+
+
+class OutsideCallError(EvaluationError, RuntimeError):
+    """A facade function that needs the current example was called outside a call."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(
+            f"skynet.{name}() can only be called while the engine runs your metric's `score` "
+            f"(or, for llm(), your program's `run`); it was called outside such a call"
+        )

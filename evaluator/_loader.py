@@ -1,0 +1,217 @@
+"""Loading the user's files by path: ``metric.py`` (``score``) and ``program.py`` (``run``).
+
+Each file is imported under a name derived from its absolute path, so two files both
+called ``metric.py`` never collide and a worker process that imports the same path gets
+the same module name (objects defined there pickle across processes). The file's folder
+is put on ``sys.path`` so that it can import its siblings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import sys
+import threading
+import traceback
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ._exceptions import STEP_FILE, STEP_SIGNATURE, ContractError
+
+__all__ = ["EXECUTIONS", "UserFunction", "load_function", "load_metric", "load_program"]
+
+EXECUTIONS = ("process", "thread", "async", "inline")
+
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class UserFunction:
+    """A user's ``score`` or ``run`` and what the engine learned about it at load time."""
+
+    path: Path
+    module_name: str
+    name: str
+    fn: Callable[..., Any] = field(repr=False, compare=False)
+    arity: int
+    is_async: bool
+    uses_llm: bool
+    execution: str | None
+    reward_spec: Any = field(default=None, repr=False, compare=False)
+    has_reward_spec: bool = False
+    module: types.ModuleType | None = field(default=None, repr=False, compare=False)
+
+
+def _module_name(path: Path) -> str:
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
+    stem = "".join(c if c.isalnum() else "_" for c in path.stem)
+    return f"_skynet_user_{stem}_{digest}"
+
+
+def _user_frame_line(exc: BaseException, path: Path) -> int | None:
+    """The line of ``path`` where ``exc`` was raised, if it was raised there."""
+    if isinstance(exc, SyntaxError) and exc.lineno is not None:
+        return exc.lineno
+    line = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if Path(frame.filename) == path:
+            line = frame.lineno
+    return line
+
+
+def import_path(path: str | Path, *, step: str = STEP_FILE) -> types.ModuleType:
+    """Import a user file by path (once per process); a failure is a ``ContractError``."""
+    resolved = Path(path).expanduser().resolve()
+    if not resolved.is_file():
+        raise ContractError(
+            step, "no such file; check the path", path=resolved if resolved.exists() else path
+        )
+    name = _module_name(resolved)
+    with _lock:
+        module = sys.modules.get(name)
+        if module is not None:
+            return module
+        folder = str(resolved.parent)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        spec = importlib.util.spec_from_file_location(name, resolved)
+        if spec is None or spec.loader is None:
+            raise ContractError(step, "cannot be imported as a Python file", path=resolved)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except (Exception, SystemExit) as exc:  # SystemExit: a file that calls exit()
+            del sys.modules[name]
+            line = _user_frame_line(exc, resolved)
+            kind = type(exc).__name__
+            detail = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+            raise ContractError(
+                step,
+                f"importing the file raised {kind}: {detail}; fix the file so it imports",
+                path=resolved,
+                line=line,
+            ) from exc
+        return module
+
+
+def _arity(fn: Callable[..., Any], name: str, path: Path, line: int | None) -> int:
+    """2 or 3: how many positional arguments the engine passes."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return 3 if name == "score" else 2  # a builtin or C callable: trust the contract
+    positional = [
+        p
+        for p in sig.parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    has_varargs = any(p.kind is p.VAR_POSITIONAL for p in sig.parameters.values())
+    required = [p for p in positional if p.default is p.empty]
+    kw_required = [
+        p.name
+        for p in sig.parameters.values()
+        if p.kind is p.KEYWORD_ONLY and p.default is p.empty
+    ]
+    forms = "(input, output, expected=None) or (input, output)"
+    if name == "run":
+        forms = "(artifact, input)"
+    where = f"`{name}{sig}`"
+    if kw_required:
+        raise ContractError(
+            STEP_SIGNATURE,
+            f"{where} has required keyword-only parameters {kw_required}; "
+            f"the engine passes only positional arguments: use {forms}",
+            path=path,
+            line=line,
+        )
+    most = 3 if name == "score" else 2
+    least = 2
+    for n in range(most, least - 1, -1):
+        if len(required) <= n and (len(positional) >= n or has_varargs):
+            return n
+    if len(required) > most:
+        problem = f"requires {len(required)} positional arguments"
+    else:
+        problem = f"accepts only {len(positional)} positional argument(s)"
+    raise ContractError(
+        STEP_SIGNATURE, f"{where} {problem}; define it as {forms}", path=path, line=line
+    )
+
+
+def _uses_llm(module: types.ModuleType) -> bool:
+    """Whether the module imported ``skynet.llm`` (or the ``skynet`` module itself)."""
+    from . import _facade
+
+    for value in vars(module).values():
+        if value is _facade.llm or value is _facade.allm:
+            return True
+        if isinstance(value, types.ModuleType) and value.__name__ == "skynet":
+            return True
+    return False
+
+
+def load_function(path: str | Path, name: str) -> UserFunction:
+    """Import ``path`` and describe its function ``name`` (``score`` or ``run``)."""
+    module = import_path(path)
+    resolved = Path(module.__file__ or path).resolve()
+    fn = getattr(module, name, None)
+    what = "metric" if name == "score" else "program"
+    if fn is None:
+        defined = sorted(
+            k for k, v in vars(module).items() if callable(v) and not k.startswith("_")
+        )
+        hint = f" (it defines {', '.join(defined)})" if defined else ""
+        raise ContractError(
+            STEP_FILE,
+            f"the {what} file defines no `{name}`{hint}; define `def {name}(...)`",
+            path=resolved,
+        )
+    if not callable(fn):
+        raise ContractError(
+            STEP_FILE,
+            f"`{name}` is a {type(fn).__name__}, not a function; define `def {name}(...)`",
+            path=resolved,
+        )
+    try:
+        line: int | None = inspect.getsourcelines(fn)[1]
+    except (OSError, TypeError):
+        line = None
+    arity = _arity(fn, name, resolved, line)
+    execution = getattr(module, "EXECUTION", None)
+    if execution is not None and execution not in EXECUTIONS:
+        raise ContractError(
+            STEP_FILE,
+            f"EXECUTION = {execution!r} is not one of {', '.join(map(repr, EXECUTIONS))}",
+            path=resolved,
+        )
+    is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - an async __call__ on an object
+    )
+    return UserFunction(
+        path=resolved,
+        module_name=module.__name__,
+        name=name,
+        fn=fn,
+        arity=arity,
+        is_async=is_async,
+        uses_llm=_uses_llm(module),
+        execution=execution,
+        reward_spec=getattr(module, "REWARD_SPEC", None),
+        has_reward_spec=hasattr(module, "REWARD_SPEC"),
+        module=module,
+    )
+
+
+def load_metric(path: str | Path) -> UserFunction:
+    """Load a metric file: its ``score``, form, ``REWARD_SPEC`` and ``EXECUTION``."""
+    return load_function(path, "score")
+
+
+def load_program(path: str | Path) -> UserFunction:
+    """Load a program file: its ``run(artifact, input)``."""
+    return load_function(path, "run")

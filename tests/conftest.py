@@ -1,0 +1,63 @@
+"""Test setup shared by every test: no network but loopback."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from typing import Any
+
+import pytest
+
+# Optional integrations must never reach out either.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("DSPY_CACHEDIR", os.path.join(os.environ.get("TMPDIR", "/tmp"), "skynet-dspy-cache"))
+os.environ.pop("OPENAI_API_KEY", None)
+
+_real_connect = socket.socket.connect
+_real_connect_ex = socket.socket.connect_ex
+_real_getaddrinfo = socket.getaddrinfo
+
+
+def _is_loopback(host: Any) -> bool:
+    if isinstance(host, bytes):
+        host = host.decode()
+    if host in ("localhost", "", None):
+        return True
+    try:
+        return ipaddress.ip_address(str(host).split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _check(address: Any) -> None:
+    if isinstance(address, tuple) and address and not _is_loopback(address[0]):
+        raise ConnectionRefusedError(f"tests may not reach {address[0]!r}: only loopback")
+
+
+def _guarded_connect(self: socket.socket, address: Any) -> None:
+    if self.family in (socket.AF_INET, socket.AF_INET6):
+        _check(address)
+    return _real_connect(self, address)
+
+
+def _guarded_connect_ex(self: socket.socket, address: Any) -> int:
+    if self.family in (socket.AF_INET, socket.AF_INET6):
+        _check(address)
+    return _real_connect_ex(self, address)
+
+
+def _guarded_getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+    if host is not None and not _is_loopback(host):
+        raise socket.gaierror(f"tests may not resolve {host!r}: only loopback")
+    return _real_getaddrinfo(host, *args, **kwargs)
+
+
+socket.socket.connect = _guarded_connect  # type: ignore[method-assign]
+socket.socket.connect_ex = _guarded_connect_ex  # type: ignore[method-assign]
+socket.getaddrinfo = _guarded_getaddrinfo
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
