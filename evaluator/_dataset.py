@@ -53,7 +53,7 @@ def _row_to_example(
     if not isinstance(row, dict):
         raise fail(f"row is a {type(row).__name__}, not an object; each row must be a JSON object")
     example_id = row.get("id", position)
-    if example_id is None:
+    if example_id is None or example_id == "":
         example_id = position
     if isinstance(example_id, bool) or not isinstance(example_id, (str, int)):
         raise fail(f"'id' is a {type(example_id).__name__}; use a string or an integer")

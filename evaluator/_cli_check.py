@@ -1,0 +1,57 @@
+"""``skynet-eval check``: the contract check of a metric on the first examples."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import anyio
+import msgspec
+
+from ._check import check_contract, validate_timeout
+from ._cli_common import add_dataset_args, console, user_errors
+from ._dataset import load_examples
+from ._exceptions import ConfigError
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "check",
+        help="run the metric contract check",
+        description="Check a metric file against the contract on the first 3 examples.",
+    )
+    parser.add_argument("metric", metavar="METRIC", help="the metric file (defines `score`)")
+    add_dataset_args(parser)
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="metric timeout in seconds (default 60, at most 600)"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+    parser.set_defaults(handler=user_errors(run_check))
+
+
+def run_check(args: argparse.Namespace) -> int:
+    try:
+        timeout = validate_timeout(args.timeout)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace("`timeout`", "--timeout")) from None
+    if not Path(args.metric).is_file():
+        raise ConfigError(f"metric file {args.metric!r} does not exist")
+    examples = load_examples(args.data, input_cols=args.input_cols, output_cols=args.output_cols)
+    report = anyio.run(lambda: check_contract(args.metric, examples, timeout=timeout))
+    if args.json:
+        sys.stdout.write(msgspec.json.encode(report).decode() + "\n")
+        return 0 if report.ok else 1
+    out = console()
+    for step in report.steps:
+        mark = "[green]✓[/green]" if step.ok else "[red]✗[/red]"
+        out.print(f"{mark} {step.name}")
+        if not step.ok:
+            where = f"example {step.example_id!r}: " if step.example_id is not None else ""
+            out.print(f"    {where}{step.message}", markup=False)
+    if report.ok:
+        out.print(f"[green]Contract check passed[/green] on {Path(args.metric)}.")
+    else:
+        failed = report.failed
+        out.print(f"[red]Contract check failed[/red] at step {failed.name if failed else '?'}.")
+    return 0 if report.ok else 1
