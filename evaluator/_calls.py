@@ -8,7 +8,8 @@ named is defined once, here.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import concurrent.futures
+from collections.abc import Callable, Coroutine
 from time import perf_counter_ns
 from typing import Any, Literal
 
@@ -28,7 +29,7 @@ _clock = perf_counter_ns
 
 #: The engine-side handler of a model call made through ``skynet.llm``:
 #: ``handler(token, stage, instruction, input, options) -> reply text``.
-LLMHandler = Callable[[int, Stage, str, "str | None", dict[str, Any]], Awaitable[str]]
+LLMHandler = Callable[[int, Stage, str, "str | None", dict[str, Any]], Coroutine[Any, Any, str]]
 
 
 class Call(msgspec.Struct, array_like=True, frozen=True):
@@ -160,7 +161,7 @@ class LoopBridge:
                 "skynet.llm() would block the event loop here; in an `async def` function "
                 "use `await skynet.allm(...)`"
             )
-        future = asyncio.run_coroutine_threadsafe(
+        future: concurrent.futures.Future[str] = asyncio.run_coroutine_threadsafe(
             self._handler(self._token, self._stage, instruction, input, options), self._loop
         )
         return future.result()

@@ -38,7 +38,9 @@ CHECK_EXAMPLES = 3
 STEP_PROGRAM = "Program runs"
 MAX_TIMEOUT = 600.0
 
-_RUN_KINDS = frozenset({"metric_error", "metric_timeout", "worker_crash", "llm_error", "missing_output"})
+_RUN_KINDS = frozenset(
+    {"metric_error", "metric_timeout", "worker_crash", "llm_error", "missing_output"}
+)
 _PROGRAM_KINDS = frozenset({"program_error", "program_timeout"})
 
 
@@ -110,7 +112,7 @@ async def check_contract(
     *,
     program: str | Path | UserFunction | None = None,
     artifact: Any = None,
-    timeout: float = 60.0,
+    timeout: float = 60.0,  # noqa: ASYNC109 - the metric's timeout, enforced per call
     evaluator: Evaluator | None = None,
     n: int = CHECK_EXAMPLES,
     **evaluator_options: Any,
@@ -127,7 +129,9 @@ async def check_contract(
         return ContractReport(False, steps)
     first: list[Example] = list(islice(examples_from_rows(examples), n))
     if not first:
-        steps.append(CheckStep(STEP_RUNS, False, "the dataset has no examples to run the metric on"))
+        steps.append(
+            CheckStep(STEP_RUNS, False, "the dataset has no examples to run the metric on")
+        )
         return ContractReport(False, steps)
     if evaluator is None:
         from ._pipeline import Evaluator

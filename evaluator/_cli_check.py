@@ -24,7 +24,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("metric", metavar="METRIC", help="the metric file (defines `score`)")
     add_dataset_args(parser)
     parser.add_argument(
-        "--timeout", type=float, default=60.0, help="metric timeout in seconds (default 60, at most 600)"
+        "--timeout",
+        type=float,
+        default=60.0,
+        help="metric timeout in seconds (default 60, at most 600)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     parser.set_defaults(handler=user_errors(run_check))

@@ -40,7 +40,9 @@ def add_dataset_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def user_errors(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+def user_errors(
+    handler: Callable[[argparse.Namespace], int],
+) -> Callable[[argparse.Namespace], int]:
     """Turn a user's mistake (a bad file, option or row) into one clear line and exit 2."""
 
     def wrapped(args: argparse.Namespace) -> int:

@@ -114,7 +114,9 @@ class _Unique:
         if key in self.seen:
             first = self.seen[key]
             where = f" (first at line {first})" if first is not None else ""
-            raise DatasetError(self.path, line, f"duplicate id {example.id!r}{where}; ids must be unique")
+            raise DatasetError(
+                self.path, line, f"duplicate id {example.id!r}{where}; ids must be unique"
+            )
         self.seen[key] = line
         return example
 
@@ -157,15 +159,17 @@ def _json_rows(path: Path) -> Iterator[tuple[int | None, Any]]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise DatasetError(path, exc.lineno, f"broken JSON: {exc.msg} (column {exc.colno})") from None
+        raise DatasetError(
+            path, exc.lineno, f"broken JSON: {exc.msg} (column {exc.colno})"
+        ) from None
     if isinstance(data, dict) and isinstance(data.get("examples"), list):
         data = data["examples"]
     if not isinstance(data, list):
         raise DatasetError(
             path, 1, f"the file holds a {type(data).__name__}; a JSON dataset is a list of objects"
         )
-    for index, row in enumerate(data):
-        yield None, (index, row)
+    for row in data:
+        yield None, row
 
 
 def _csv_rows(path: Path) -> Iterator[tuple[int, Any]]:
@@ -181,12 +185,16 @@ def _csv_rows(path: Path) -> Iterator[tuple[int, Any]]:
                 line = reader.line_num
                 if None in row:
                     raise DatasetError(
-                        path, line, f"row has {len(reader.fieldnames) + len(row[None])} fields, "  # type: ignore[index]
-                        f"the header has {len(reader.fieldnames)}"
+                        path,
+                        line,
+                        f"row has {len(reader.fieldnames) + len(row[None])} fields, "
+                        f"the header has {len(reader.fieldnames)}",
                     )
                 if any(v is None for v in row.values()):
                     raise DatasetError(
-                        path, line, f"row has fewer fields than the header's {len(reader.fieldnames)}"
+                        path,
+                        line,
+                        f"row has fewer fields than the header's {len(reader.fieldnames)}",
                     )
                 yield line, row
         except csv.Error as exc:
@@ -221,31 +229,19 @@ def _load(
     output_cols: Sequence[str] | None,
 ) -> Iterator[Example]:
     unique = _Unique(str(p))
-    position = 0
     if suffix in (".jsonl", ".ndjson"):
-        rows: Iterator[tuple[Any, Any]] = _jsonl_rows(p)
+        rows: Iterator[tuple[int | None, Any]] = _jsonl_rows(p)
     elif suffix == ".json":
         rows = _json_rows(p)
     elif suffix == ".csv":
         rows = _csv_rows(p)
     else:
         raise DatasetError(p, None, f"unknown dataset type {suffix!r}; use .jsonl, .json or .csv")
-    for line, row in rows:
-        if suffix == ".json":
-            index, row = row
-            where: str | None = f"{p} (item {index})"
-            line_for_error = None
-        else:
-            where = str(p)
-            line_for_error = line
+    for position, (line, row) in enumerate(rows):
+        # A JSON list has no line per row: name the item's index instead.
+        where = str(p) if line is not None else f"{p} (item {position})"
         example = _row_to_example(
-            row,
-            position,
-            input_cols=input_cols,
-            output_cols=output_cols,
-            path=where,
-            line=line_for_error,
+            row, position, input_cols=input_cols, output_cols=output_cols, path=where, line=line
         )
         unique.path = where
-        yield unique.check(example, line_for_error)
-        position += 1
+        yield unique.check(example, line)

@@ -106,16 +106,12 @@ def _arity(fn: Callable[..., Any], name: str, path: Path, line: int | None) -> i
     except (TypeError, ValueError):
         return 3 if name == "score" else 2  # a builtin or C callable: trust the contract
     positional = [
-        p
-        for p in sig.parameters.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
     ]
     has_varargs = any(p.kind is p.VAR_POSITIONAL for p in sig.parameters.values())
     required = [p for p in positional if p.default is p.empty]
     kw_required = [
-        p.name
-        for p in sig.parameters.values()
-        if p.kind is p.KEYWORD_ONLY and p.default is p.empty
+        p.name for p in sig.parameters.values() if p.kind is p.KEYWORD_ONLY and p.default is p.empty
     ]
     forms = "(input, output, expected=None) or (input, output)"
     if name == "run":

@@ -11,7 +11,9 @@ import pytest
 
 # Optional integrations must never reach out either.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("DSPY_CACHEDIR", os.path.join(os.environ.get("TMPDIR", "/tmp"), "skynet-dspy-cache"))
+os.environ.setdefault(
+    "DSPY_CACHEDIR", os.path.join(os.environ.get("TMPDIR", "/tmp"), "skynet-dspy-cache")
+)
 os.environ.pop("OPENAI_API_KEY", None)
 
 _real_connect = socket.socket.connect

@@ -127,7 +127,9 @@ class TestDecisions:
 _json_leaf = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=8)
 _json = st.recursive(
     _json_leaf | st.floats(allow_nan=False, allow_infinity=False),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 _number = st.integers(-(10**6), 10**6) | st.floats(allow_nan=False, allow_infinity=False)
@@ -138,11 +140,18 @@ class TestProperties:
         score=_number,
         feedback=st.text(max_size=20),
         scores=st.dictionaries(st.text(max_size=6), _number, max_size=4),
-        extra=st.dictionaries(st.text(max_size=6).filter(lambda k: k not in ("feedback", "scores")), _json, max_size=3),
+        extra=st.dictionaries(
+            st.text(max_size=6).filter(lambda k: k not in ("feedback", "scores")), _json, max_size=3
+        ),
         as_list=st.booleans(),
     )
     def test_accepted_round_trips_json(
-        self, score: float, feedback: str, scores: dict[str, float], extra: dict[str, Any], as_list: bool
+        self,
+        score: float,
+        feedback: str,
+        scores: dict[str, float],
+        extra: dict[str, Any],
+        as_list: bool,
     ) -> None:
         """Whatever the validator accepts encodes to JSON and decodes back unchanged."""
         info = {"feedback": feedback, "scores": scores, **extra}

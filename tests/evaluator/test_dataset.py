@@ -20,10 +20,13 @@ def jsonl(path: Path, rows: list[Any]) -> Path:
 class TestLoadExamples:
     def test_canonical_jsonl(self, tmp_path: Path) -> None:
         """Canonical rows keep id, input, expected and output."""
-        path = jsonl(tmp_path / "d.jsonl", [
-            {"id": "a", "input": {"q": 1}, "expected": {"label": "x"}, "output": "x"},
-            {"input": {"q": 2}},
-        ])
+        path = jsonl(
+            tmp_path / "d.jsonl",
+            [
+                {"id": "a", "input": {"q": 1}, "expected": {"label": "x"}, "output": "x"},
+                {"input": {"q": 2}},
+            ],
+        )
         first, second = load_examples(path)
         assert first == Example(id="a", input={"q": 1}, expected={"label": "x"}, output="x")
         assert second.id == 1 and second.expected is None and second.output is NO_OUTPUT
@@ -94,7 +97,10 @@ class TestBadRows:
 
     def test_duplicate_id(self, tmp_path: Path) -> None:
         """A duplicate id names both lines."""
-        path = jsonl(tmp_path / "d.jsonl", [{"id": 1, "input": {}}, {"id": 2, "input": {}}, {"id": 1, "input": {}}])
+        path = jsonl(
+            tmp_path / "d.jsonl",
+            [{"id": 1, "input": {}}, {"id": 2, "input": {}}, {"id": 1, "input": {}}],
+        )
         self.check(path, 3, "duplicate id 1 (first at line 1)")
 
     def test_no_input_object(self, tmp_path: Path) -> None:

@@ -23,17 +23,31 @@ def write(folder: Path, name: str, source: str) -> Path:
 class TestForms:
     def test_three_arguments(self, tmp_path: Path) -> None:
         """`score(input, output, expected=None)` is called with three arguments."""
-        fn = load_metric(write(tmp_path, "m.py", "def score(input, output, expected=None):\n    return 1.0, {'feedback': ''}\n"))
+        fn = load_metric(
+            write(
+                tmp_path,
+                "m.py",
+                "def score(input, output, expected=None):\n    return 1.0, {'feedback': ''}\n",
+            )
+        )
         assert fn.arity == 3 and not fn.is_async
 
     def test_two_arguments(self, tmp_path: Path) -> None:
         """`score(input, output)` is called with two."""
-        fn = load_metric(write(tmp_path, "m.py", "def score(input, output):\n    return 1.0, {'feedback': ''}\n"))
+        fn = load_metric(
+            write(tmp_path, "m.py", "def score(input, output):\n    return 1.0, {'feedback': ''}\n")
+        )
         assert fn.arity == 2
 
     def test_async(self, tmp_path: Path) -> None:
         """`async def score` is detected."""
-        fn = load_metric(write(tmp_path, "m.py", "async def score(i, o, e=None):\n    return 1.0, {'feedback': ''}\n"))
+        fn = load_metric(
+            write(
+                tmp_path,
+                "m.py",
+                "async def score(i, o, e=None):\n    return 1.0, {'feedback': ''}\n",
+            )
+        )
         assert fn.is_async and fn.arity == 3
 
     def test_varargs(self, tmp_path: Path) -> None:
@@ -67,11 +81,20 @@ class TestForms:
 
     def test_program_form(self, tmp_path: Path) -> None:
         """`run(artifact, input)` loads with two arguments."""
-        assert load_program(write(tmp_path, "p.py", "def run(artifact, input):\n    return 1\n")).arity == 2
+        assert (
+            load_program(write(tmp_path, "p.py", "def run(artifact, input):\n    return 1\n")).arity
+            == 2
+        )
 
     def test_execution_and_spec(self, tmp_path: Path) -> None:
         """EXECUTION and REWARD_SPEC are read from the module."""
-        fn = load_metric(write(tmp_path, "m.py", "EXECUTION = 'thread'\nREWARD_SPEC = {'x': 1}\ndef score(i, o):\n    pass\n"))
+        fn = load_metric(
+            write(
+                tmp_path,
+                "m.py",
+                "EXECUTION = 'thread'\nREWARD_SPEC = {'x': 1}\ndef score(i, o):\n    pass\n",
+            )
+        )
         assert fn.execution == "thread" and fn.has_reward_spec and fn.reward_spec == {"x": 1}
 
     def test_bad_execution(self, tmp_path: Path) -> None:
@@ -127,8 +150,16 @@ class TestBrokenFiles:
 class TestModules:
     def test_two_files_named_metric(self, tmp_path: Path) -> None:
         """Two files both named metric.py load as different modules."""
-        a = load_metric(write(tmp_path / "a", "metric.py", "def score(i, o):\n    return 1.0, {'feedback': 'a'}\n"))
-        b = load_metric(write(tmp_path / "b", "metric.py", "def score(i, o):\n    return 0.0, {'feedback': 'b'}\n"))
+        a = load_metric(
+            write(
+                tmp_path / "a", "metric.py", "def score(i, o):\n    return 1.0, {'feedback': 'a'}\n"
+            )
+        )
+        b = load_metric(
+            write(
+                tmp_path / "b", "metric.py", "def score(i, o):\n    return 0.0, {'feedback': 'b'}\n"
+            )
+        )
         assert a.module_name != b.module_name
         assert a.fn(None, None)[1]["feedback"] == "a" and b.fn(None, None)[1]["feedback"] == "b"
 
@@ -136,7 +167,13 @@ class TestModules:
         """A metric can import a module beside it."""
         folder = tmp_path / "sib"
         write(folder, "helpers_for_metric_xyz.py", "WANT = 'yes'\n")
-        fn = load_metric(write(folder, "metric.py", "from helpers_for_metric_xyz import WANT\ndef score(i, o):\n    return float(o == WANT), {'feedback': ''}\n"))
+        fn = load_metric(
+            write(
+                folder,
+                "metric.py",
+                "from helpers_for_metric_xyz import WANT\ndef score(i, o):\n    return float(o == WANT), {'feedback': ''}\n",
+            )
+        )
         assert fn.fn(None, "yes")[0] == 1.0
 
     def test_loaded_once(self, tmp_path: Path) -> None:
@@ -144,7 +181,9 @@ class TestModules:
         path = write(tmp_path, "m.py", "def score(i, o):\n    pass\n")
         assert load_metric(path).module is load_metric(path).module
 
-    @pytest.mark.parametrize("name", ["exact_match.py", "json_checks.py", "judge.py", "reward_blend.py"])
+    @pytest.mark.parametrize(
+        "name", ["exact_match.py", "json_checks.py", "judge.py", "reward_blend.py"]
+    )
     def test_page_examples_load(self, name: str) -> None:
         """The product page's four metrics load and pass the signature step."""
         assert load_metric(EXAMPLES / name).arity == 3
