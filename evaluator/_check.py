@@ -112,7 +112,7 @@ async def check_contract(
     *,
     program: str | Path | UserFunction | None = None,
     artifact: Any = None,
-    timeout: float = 60.0,  # noqa: ASYNC109 - the metric's timeout, enforced per call
+    timeout: float = 60.0,
     evaluator: Evaluator | None = None,
     n: int = CHECK_EXAMPLES,
     **evaluator_options: Any,

@@ -1,0 +1,21 @@
+"""Each package's __all__ and its public names agree, sorted (anyio, httpx do the same)."""
+
+from __future__ import annotations
+
+import importlib
+import types
+
+import pytest
+
+
+@pytest.mark.parametrize("name", ["evaluator", "reward", "llm_client", "skynet"])
+def test_all_matches_public_names(name: str) -> None:
+    """__all__ lists exactly the public, non-module names, in sorted order."""
+    module = importlib.import_module(name)
+    public = {
+        key
+        for key, value in vars(module).items()
+        if not key.startswith("_") and not isinstance(value, types.ModuleType)
+    }
+    assert set(module.__all__) == public
+    assert list(module.__all__) == sorted(module.__all__)
