@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from reward import Components, RewardSpec, combine, components, parse_spec
+
 from ._context import current
 from ._exceptions import OutsideCallError
 from ._results import Observation
@@ -61,7 +63,71 @@ async def allm(instruction: str, input: str | None = None, **options: Any) -> st
     return await ctx.llm.acall(instruction, input, options)
 
 
+def _reason(obs: Observation, prefix: str, fallback: str) -> str:
+    """Why a figure is missing: the observation's note that starts with ``prefix``."""
+    for note in obs.notes:
+        if note.startswith(prefix):
+            return note
+    return fallback
+
+
+def _ms(value: float) -> str:
+    return f"{value:,.0f} ms" if value >= 100 else f"{value:.3g} ms"
+
+
+def _usd(value: float) -> str:
+    return "$0" if value == 0 else f"${value:.3g}"
+
+
+def _measures_line(
+    obs: Observation, own_ms: float | None, spec: RewardSpec, parts: Components
+) -> str:
+    """One line on speed and cost: measured value against reference, or why unmeasured."""
+    if own_ms is None:
+        speed = f"speed 0 ({_reason(obs, 'time not measured', 'time not measured')})"
+    else:
+        # Queued time is shown so the figure is not mistaken for wall time, which it is not.
+        queued = f", {_ms(obs.queued_ms)} queued not counted" if obs.queued_ms > 0 else ""
+        speed = (
+            f"speed {parts.speed:.2f} ({_ms(own_ms)} vs "
+            f"{_ms(spec.speed_reference_ms)} reference{queued})"
+        )
+    if obs.cost_usd is None:
+        cost = f"cost 0 ({_reason(obs, 'cost not measured', 'cost not measured')})"
+    else:
+        cost = (
+            f"cost {parts.cost:.2f} ({_usd(obs.cost_usd)} vs "
+            f"{_usd(spec.cost_reference_usd)} reference)"
+        )
+    return f"Speed and cost: {speed}; {cost}."
+
+
 def reward(spec: Any, accuracy: float, feedback: str = "") -> tuple[float, dict[str, Any]]:
-    """Blend accuracy with the measured speed and cost; see CONTRACT.md. (Filled in by the
-    reward issue.)"""
-    raise NotImplementedError("reward() lands with the reward issue")
+    """Blend ``accuracy`` with the engine's measured speed and cost into a metric's return.
+
+    ``spec`` is a ``REWARD_SPEC`` dict (see CONTRACT.md, "Accuracy, speed and cost");
+    ``accuracy`` a score from 0 to 1, or an error (lower is better) when the spec has an
+    accuracy reference. Returns ``(score, {"feedback": ..., "scores": {"accuracy",
+    "speed", "cost"}})``: the weighted sum, and the caller's feedback followed by one line
+    on speed and cost. Time or cost the engine could not measure scores 0 and the line
+    says why. Raises ``reward.RewardSpecError`` for a bad spec, ``ValueError`` for an
+    accuracy out of range, ``OutsideCallError`` outside a metric's ``score``.
+    """
+    parsed = parse_spec(spec)
+    if not isinstance(feedback, str):
+        raise TypeError(
+            f"skynet.reward(): `feedback` must be a str, got a {type(feedback).__name__}; "
+            "pass the text that says what is wrong"
+        )
+    obs = _observation("reward")
+    own_ms = obs.own_ms
+    try:
+        parts = components(parsed, accuracy, own_ms, obs.cost_usd)
+    except ValueError as exc:
+        # Say which call refused the value: the user's metric called reward(), not components().
+        raise ValueError(f"skynet.reward(): {exc}") from None
+    line = _measures_line(obs, own_ms, parsed, parts)
+    return combine(parsed, parts), {
+        "feedback": f"{feedback}\n{line}" if feedback else line,
+        "scores": {"accuracy": parts.accuracy, "speed": parts.speed, "cost": parts.cost},
+    }

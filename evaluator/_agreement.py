@@ -1,0 +1,176 @@
+"""How far two judges agree, and which judge is worth its cost: pure statistics for the
+judges comparison.
+
+Verdicts are any hashable labels (``"PASS"``/``"FAIL"``, ``True``/``False``, class
+names); scores are real numbers. Everything here is plain Python on small inputs (a few
+thousand examples, a handful of judges): no NumPy needed, deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import random
+from collections import Counter
+from collections.abc import Callable, Hashable, Sequence
+from typing import TypeVar
+
+__all__ = ["agreement_rate", "bootstrap_ci", "cohens_kappa", "pareto_front", "pearson"]
+
+P = TypeVar("P")
+
+
+def _paired(a: Sequence[object], b: Sequence[object], what: str) -> int:
+    """The common length of two paired sequences; refuses unequal or empty ones."""
+    if len(a) != len(b):
+        raise ValueError(
+            f"{what}: the two sequences must pair up one to one, got {len(a)} and {len(b)} items"
+        )
+    if not a:
+        raise ValueError(f"{what}: needs at least one pair, got none")
+    return len(a)
+
+
+def agreement_rate(a: Sequence[Hashable], b: Sequence[Hashable]) -> float:
+    """The fraction of positions where ``a`` and ``b`` hold the same verdict."""
+    n = _paired(a, b, "agreement_rate")
+    return _agreeing(a, b) / n
+
+
+def _agreeing(a: Sequence[Hashable], b: Sequence[Hashable]) -> int:
+    # map(eq) runs in C; bootstrap calls this thousands of times.
+    return list(map(operator.eq, a, b)).count(True)
+
+
+def cohens_kappa(a: Sequence[Hashable], b: Sequence[Hashable]) -> float:
+    """Cohen's kappa of two raters' verdicts (binary or categorical): agreement beyond chance.
+
+    ``kappa = (p_o - p_e) / (1 - p_e)`` with ``p_o`` the observed agreement and ``p_e`` the
+    agreement expected from each rater's label frequencies. 1 is perfect agreement, 0 is
+    chance level, negative is worse than chance.
+
+    Edge case: when ``p_e`` is 1 the formula is 0/0. That happens only when both raters
+    give one and the same label to every item, so they agree perfectly, and kappa is
+    defined here as 1.0 (rather than NaN, which no report or Pareto front can use).
+    """
+    n = _paired(a, b, "cohens_kappa")
+    # Integer counts throughout, one division at the end: kappa is exact up to that rounding.
+    agree = _agreeing(a, b)
+    count_a = Counter(a)
+    count_b = Counter(b)
+    chance = sum(count * count_b[label] for label, count in count_a.items())  # p_e * n**2
+    if chance == n * n:
+        return 1.0
+    return (agree * n - chance) / (n * n - chance)
+
+
+def _finite(values: Sequence[float], what: str) -> list[float]:
+    out = list(map(float, values))
+    if not all(map(math.isfinite, out)):
+        bad = next(v for v in out if not math.isfinite(v))
+        raise ValueError(f"{what}: every value must be a finite number, got {bad!r}")
+    return out
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Pearson's correlation of paired scores, or None when either has no variance."""
+    _paired(x, y, "pearson")
+    xs = _finite(x, "pearson")
+    ys = _finite(y, "pearson")
+    n = len(xs)
+    mean_x = math.fsum(xs) / n
+    mean_y = math.fsum(ys) / n
+    dx = [v - mean_x for v in xs]
+    dy = [v - mean_y for v in ys]
+    sxx = math.fsum(map(operator.mul, dx, dx))
+    syy = math.fsum(map(operator.mul, dy, dy))
+    if sxx == 0.0 or syy == 0.0:
+        return None
+    sxy = math.fsum(map(operator.mul, dx, dy))
+    # Rounding can push |r| a hair past 1 for perfectly linear data.
+    return max(-1.0, min(1.0, sxy / math.sqrt(sxx * syy)))
+
+
+def _percentile(ordered: Sequence[float], q: float) -> float:
+    """The q-quantile (0..1) of sorted values, interpolating linearly (NumPy's default)."""
+    position = q * (len(ordered) - 1)
+    below = math.floor(position)
+    above = min(below + 1, len(ordered) - 1)
+    fraction = position - below
+    return ordered[below] + (ordered[above] - ordered[below]) * fraction
+
+
+def bootstrap_ci(
+    statistic: Callable[[Sequence[P]], float | None],
+    pairs: Sequence[P],
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float] | None:
+    """A percentile bootstrap confidence interval of ``statistic`` over ``pairs``.
+
+    Each resample draws ``len(pairs)`` pairs with replacement and passes that list to
+    ``statistic``, e.g. ``lambda s: cohens_kappa([x for x, _ in s], [y for _, y in s])``.
+    Resamples where the statistic is undefined (it returns None, as :func:`pearson` does
+    without variance) are left out; None is returned when no resample gives a value. The
+    same seed gives the same interval.
+    """
+    if not pairs:
+        raise ValueError("bootstrap_ci: needs at least one pair, got none")
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 1:
+        raise ValueError(f"bootstrap_ci: `n_resamples` must be a positive int, got {n_resamples!r}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(
+            f"bootstrap_ci: `confidence` must lie strictly between 0 and 1, got {confidence!r}"
+        )
+    rng = random.Random(seed)
+    population = list(pairs)
+    n = len(population)
+    values: list[float] = []
+    for _ in range(n_resamples):
+        value = statistic(rng.choices(population, k=n))
+        if value is not None:
+            values.append(value)
+    if not values:
+        return None
+    values.sort()
+    tail = (1.0 - confidence) / 2.0
+    return _percentile(values, tail), _percentile(values, 1.0 - tail)
+
+
+def pareto_front(points: Sequence[tuple[float | None, float | None]]) -> list[bool]:
+    """Which (cost, agreement) points are Pareto-optimal: cheaper or more agreeing.
+
+    A point is on the front unless another point costs no more and agrees no less, and is
+    strictly better in one of the two. A point whose cost (or agreement) is unknown
+    (None) is never on the front and dominates nothing: an unmeasured cost is not a free
+    one. Equal points are all on the front.
+    """
+    known: list[tuple[float, float] | None] = []
+    for cost, agreement in points:
+        if cost is None or agreement is None:
+            known.append(None)
+            continue
+        if math.isnan(cost) or math.isnan(agreement):
+            raise ValueError(
+                f"pareto_front: a point is NaN ({cost!r}, {agreement!r}); "
+                "use None for an unknown value"
+            )
+        known.append((float(cost), float(agreement)))
+    front: list[bool] = []
+    # Quadratic, but the points are judges (a handful); clarity wins over a sweep.
+    for i, point in enumerate(known):
+        if point is None:
+            front.append(False)
+            continue
+        cost, agreement = point
+        dominated = any(
+            other is not None
+            and j != i
+            and other[0] <= cost
+            and other[1] >= agreement
+            and (other[0] < cost or other[1] > agreement)
+            for j, other in enumerate(known)
+        )
+        front.append(not dominated)
+    return front
