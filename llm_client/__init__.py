@@ -1,5 +1,48 @@
-"""An async client for OpenAI-compatible chat completions, with a rate governor."""
+"""An async client for OpenAI-compatible chat completions, with a rate governor.
 
+Imports nothing else of skynet-eval's; nothing here binds to an event loop at import.
+"""
+
+from ._client import Completion as Completion
+from ._client import ModelClient as ModelClient
+from ._config import ModelConfig as ModelConfig
+from ._exceptions import ClientClosedError as ClientClosedError
 from ._exceptions import LLMError as LLMError
+from ._exceptions import ModelConfigError as ModelConfigError
+from ._exceptions import RequestTooLargeError as RequestTooLargeError
+from ._governor import GovernorStatistics as GovernorStatistics
+from ._governor import RateGovernor as RateGovernor
+from ._retry import RetryDetails as RetryDetails
+from ._simulator import ModelSettings as ModelSettings
+from ._simulator import Simulator as Simulator
+from ._simulator import SimulatorConfig as SimulatorConfig
+from ._simulator import SimulatorStatistics as SimulatorStatistics
+from ._transport import AiohttpTransport as AiohttpTransport
+from ._transport import HTTPRequest as HTTPRequest
+from ._transport import HTTPResponse as HTTPResponse
+from ._transport import MockTransport as MockTransport
+from ._transport import Transport as Transport
+from ._transport import TransportError as TransportError
 
-__all__ = ["LLMError"]
+__all__ = [
+    "AiohttpTransport",
+    "ClientClosedError",
+    "Completion",
+    "GovernorStatistics",
+    "HTTPRequest",
+    "HTTPResponse",
+    "LLMError",
+    "MockTransport",
+    "ModelClient",
+    "ModelConfig",
+    "ModelConfigError",
+    "ModelSettings",
+    "RateGovernor",
+    "RequestTooLargeError",
+    "RetryDetails",
+    "Simulator",
+    "SimulatorConfig",
+    "SimulatorStatistics",
+    "Transport",
+    "TransportError",
+]

@@ -1,0 +1,464 @@
+"""The model client: one chat completion at a time, governed, retried, metered."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Literal
+
+import msgspec
+
+from ._config import ModelConfig
+from ._exceptions import ClientClosedError, LLMError
+from ._governor import GovernorStatistics, Permit, RateGovernor, governor_for
+from ._pricing import Prices, resolve_prices
+from ._retry import NEVER_RETRY, RetryDetails, backoff, is_retryable_status, server_wait
+from ._transport import AiohttpTransport, HTTPRequest, HTTPResponse, Transport, TransportError
+from ._wire import (
+    REQUEST_OPTIONS,
+    ChatRequest,
+    ChatResponse,
+    ErrorDetail,
+    error_decoder,
+    estimate_tokens,
+    request_encoder,
+    response_decoder,
+)
+
+__all__ = ["Completion", "ModelClient"]
+
+#: Completion tokens reserved when neither the call nor the config sets ``max_tokens``;
+#: the reservation is corrected from ``usage`` when the reply arrives.
+DEFAULT_COMPLETION_RESERVE = 256
+
+
+class Completion(msgspec.Struct, frozen=True, kw_only=True):
+    """One reply with what it cost.
+
+    ``queued_ms`` is the time spent waiting on the rate governor and the concurrency cap
+    (shared pauses after a 429 included); ``latency_ms`` is the rest of the call's wall
+    time (HTTP attempts and backoff sleeps). ``cost_usd`` is None when the price is
+    unknown, and ``cost_note`` says why (or how the price was matched).
+    """
+
+    text: str
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_usd: float | None = None
+    cost_note: str | None = None
+    queued_ms: float = 0.0
+    latency_ms: float = 0.0
+    retries: int = 0
+    rate_limited: int = 0
+    finish_reason: str | None = None
+
+
+_SECRETISH = re.compile(r"[A-Za-z0-9_\-\.]{12,}")
+
+
+def _redact(text: str, key: str | None) -> str:
+    """Remove the API key, and any long fragment of it, from provider text."""
+    if not key or len(key) < 6:
+        return text
+    text = text.replace(key, "[redacted]")
+
+    def scrub(match: re.Match[str]) -> str:
+        word = match.group(0)
+        return "[redacted]" if word in key or key in word else word
+
+    return _SECRETISH.sub(scrub, text)
+
+
+def _short(text: str, limit: int = 500) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class _Failure:
+    """One failed attempt, classified."""
+
+    __slots__ = ("code", "kind", "message", "retryable", "status", "wait")
+
+    def __init__(
+        self,
+        kind: Literal["status", "transport", "malformed", "body_timeout"],
+        message: str,
+        *,
+        status: int | None = None,
+        code: str | None = None,
+        retryable: bool = True,
+        wait: float | None = None,
+    ) -> None:
+        self.kind = kind
+        self.message = message
+        self.status = status
+        self.code = code
+        self.retryable = retryable
+        self.wait = wait
+
+
+def _error_detail(body: bytes) -> tuple[str, str | None]:
+    """The provider's message and code (or type) from an error body, leniently."""
+    try:
+        parsed = error_decoder.decode(body)
+    except msgspec.DecodeError:
+        text = body.decode("utf-8", "replace").strip()
+        return (_short(text) or "(empty body)"), None
+    err = parsed.error
+    if isinstance(err, ErrorDetail):
+        code = err.code if err.code is not None else err.type
+        return (_short(err.message) or "(no message)"), (None if code is None else str(code))
+    if isinstance(err, str):
+        return _short(err), None
+    return _short(body.decode("utf-8", "replace")), None
+
+
+class ModelClient:
+    """An async client for one model of an OpenAI-compatible endpoint.
+
+    Open it with ``async with`` inside the running loop; it owns its HTTP session and
+    refuses to reopen once closed. Every client of the same (base URL, key, model) in a
+    loop shares one :class:`~llm_client._governor.RateGovernor`, so concurrent
+    evaluations share one rate budget.
+
+    ``transport`` replaces the aiohttp transport (a
+    :class:`~llm_client.MockTransport` in unit tests); ``on_retry`` is called with a
+    :class:`RetryDetails` before each retry; ``seed`` seeds the backoff jitter.
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        *,
+        transport: Transport | None = None,
+        on_retry: Callable[[RetryDetails], None] | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if not isinstance(config, ModelConfig):
+            raise TypeError(f"`config` must be a ModelConfig, got {type(config).__name__}")
+        self._config = config
+        self._transport: Transport = transport or AiohttpTransport(limit=config.max_concurrency)
+        self._on_retry = on_retry
+        self._rng = random.Random(seed)
+        self._state: Literal["new", "open", "closed"] = "new"
+        self._key: str | None = None
+        self._headers: dict[str, str] = {}
+        self._governor: RateGovernor | None = None
+        self._prices: Prices | None = None
+
+    @property
+    def config(self) -> ModelConfig:
+        return self._config
+
+    async def __aenter__(self) -> ModelClient:
+        if self._state == "closed":
+            raise ClientClosedError(
+                "this ModelClient was closed and cannot be reopened; create a new one",
+                model=self._config.model,
+            )
+        if self._state == "open":
+            raise ClientClosedError("this ModelClient is already open", model=self._config.model)
+        cfg = self._config
+        self._key = cfg.api_key()
+        self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._key:
+            self._headers["Authorization"] = f"Bearer {self._key}"
+        # genai-prices takes ~0.25 s to import and index: resolve off the loop, once.
+        self._prices = await asyncio.to_thread(
+            resolve_prices,
+            cfg.model,
+            cfg.base_url,
+            cfg.price_input,
+            cfg.price_output,
+            cfg.price_cached_input,
+        )
+        self._governor = governor_for(
+            base_url=cfg.base_url,
+            api_key=self._key,
+            model=cfg.model,
+            rpm=cfg.rpm,
+            tpm=cfg.tpm,
+            max_concurrency=cfg.max_concurrency,
+            margin=cfg.rate_margin,
+        )
+        await self._transport.open()
+        self._state = "open"
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the HTTP session (idempotent); the client cannot be reopened."""
+        if self._state == "closed":
+            return
+        was_open = self._state == "open"
+        self._state = "closed"
+        if was_open:
+            # Shielded: a cancelled owner must still return its connections.
+            await asyncio.shield(self._transport.aclose())
+
+    def statistics(self) -> GovernorStatistics:
+        """The shared governor's state (every client of this model in this loop)."""
+        if self._governor is None:
+            raise ClientClosedError(
+                "statistics() needs an open client: use it inside `async with`",
+                model=self._config.model,
+            )
+        return self._governor.statistics()
+
+    # -- the call ------------------------------------------------------------------------
+
+    def _build(
+        self, messages: Sequence[Mapping[str, Any]], options: dict[str, Any]
+    ) -> tuple[bytes, int]:
+        cfg = self._config
+        extra_body = options.pop("extra_body", None)
+        unknown = sorted(set(options) - REQUEST_OPTIONS)
+        if unknown:
+            raise TypeError(
+                f"complete() got unknown option(s) {', '.join(map(repr, unknown))}; known: "
+                f"{', '.join(sorted(REQUEST_OPTIONS))}, extra_body"
+            )
+        if not isinstance(messages, Sequence) or isinstance(messages, str) or not messages:
+            raise TypeError(
+                "`messages` must be a non-empty list of {'role': ..., 'content': ...} dicts"
+            )
+        for i, message in enumerate(messages):
+            if not isinstance(message, Mapping) or "role" not in message:
+                raise TypeError(
+                    f"`messages[{i}]` must be a dict with 'role' and 'content', got {message!r}"
+                )
+        if "max_tokens" not in options and cfg.max_tokens is not None:
+            options["max_tokens"] = cfg.max_tokens
+        if "temperature" not in options and cfg.temperature is not None:
+            options["temperature"] = cfg.temperature
+        try:
+            request = ChatRequest(model=cfg.model, messages=[dict(m) for m in messages], **options)
+            body = request_encoder.encode(request)
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise TypeError(f"complete(): could not encode the request: {exc}") from None
+        if extra_body:
+            merged = msgspec.json.decode(body)
+            merged.update(extra_body)
+            body = request_encoder.encode(merged)
+        limit = options.get("max_completion_tokens") or options.get("max_tokens")
+        reserve = estimate_tokens(messages) + (int(limit) if limit else DEFAULT_COMPLETION_RESERVE)
+        return body, reserve
+
+    async def complete(self, messages: Sequence[Mapping[str, Any]], **options: Any) -> Completion:
+        """Send one chat completion and return the reply; raise :class:`LLMError` on failure.
+
+        ``options`` are request fields (``temperature``, ``max_tokens``, ``stop``, ``seed``,
+        ``response_format``... and ``extra_body`` for anything else).
+        """
+        if self._state != "open" or self._governor is None:
+            raise ClientClosedError(
+                "complete() needs an open client: use `async with ModelClient(config) as "
+                "client:`" + (" (this one is closed)" if self._state == "closed" else ""),
+                model=self._config.model,
+            )
+        body, reserve = self._build(messages, dict(options))
+        request = HTTPRequest("POST", self._config.endpoint, self._headers, body)
+        deadline = self._config.deadline
+        if deadline is None:
+            return await self._call(request, reserve, None)
+        loop = asyncio.get_running_loop()
+        state = _CallState()
+        scope = asyncio.timeout_at(loop.time() + deadline)
+        try:
+            async with scope:
+                return await self._call(request, reserve, state)
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            last = f"; last error: {state.last_message}" if state.last_message else ""
+            raise LLMError(
+                f"gave up at the deadline of {deadline:g} s after {state.attempts} attempt(s)"
+                f"{last}",
+                status=state.last_status,
+                model=self._config.model,
+                attempts=state.attempts,
+            ) from None
+
+    async def _call(
+        self, request: HTTPRequest, reserve: int, state: _CallState | None
+    ) -> Completion:
+        cfg = self._config
+        governor = self._governor
+        assert governor is not None
+        state = state or _CallState()
+        started = time.perf_counter()
+        seq = governor.next_seq()
+        malformed_seen = 0
+        while True:
+            permit = await governor.acquire(reserve, seq=seq)
+            state.queued_s += permit.queued_s
+            state.attempts += 1
+            failure, response = await self._attempt(governor, permit, request)
+            if response is not None:
+                return self._completion(response, state, started)
+            assert failure is not None
+            state.last_status = failure.status
+            state.last_message = failure.message
+            if failure.status == 429:
+                state.rate_limited += 1
+            if failure.kind in ("malformed", "body_timeout"):
+                malformed_seen += 1
+                failure.retryable = malformed_seen <= 1
+            attempts_left = state.attempts <= cfg.max_retries
+            if not failure.retryable or not attempts_left:
+                if failure.status == 429:
+                    governor.note_rate_limited(0.0)
+                raise self._give_up(failure, state)
+            wait = failure.wait
+            if wait is None:
+                wait = backoff(state.attempts, self._rng)
+            state.retries += 1
+            governor.note_retry()
+            if failure.status == 429:
+                # One pause for everyone: the governor holds every caller (this one
+                # included, on its next acquire) until it ends.
+                governor.note_rate_limited(wait)
+            if self._on_retry is not None:
+                self._on_retry(
+                    RetryDetails(
+                        model=cfg.model,
+                        attempt=state.attempts,
+                        status=failure.status,
+                        reason=failure.message,
+                        wait_s=wait,
+                        shared_pause=failure.status == 429,
+                    )
+                )
+            if failure.status != 429 and wait > 0:
+                await asyncio.sleep(wait)
+
+    async def _attempt(
+        self, governor: RateGovernor, permit: Permit, request: HTTPRequest
+    ) -> tuple[_Failure | None, _Decoded | None]:
+        """One HTTP attempt under ``permit``; the permit is settled whatever happens."""
+        used: int | None = None
+        try:
+            try:
+                response = await self._transport.send(request, timeout=self._config.timeout)
+            except TransportError as exc:
+                if exc.kind == "timeout" and exc.response_started:
+                    return _Failure("body_timeout", exc.detail), None
+                return _Failure("transport", exc.detail), None
+            if response.status != 200:
+                return self._status_failure(response), None
+            try:
+                decoded = response_decoder.decode(response.body)
+                if not decoded.choices:
+                    raise msgspec.ValidationError("`choices` is empty")
+            except msgspec.DecodeError as exc:
+                snippet = _short(response.body.decode("utf-8", "replace"), 120)
+                return _Failure(
+                    "malformed", f"malformed response body ({exc}): {snippet!r}", status=200
+                ), None
+            usage = decoded.usage
+            if usage is not None:
+                used = usage.prompt_tokens + usage.completion_tokens
+            return None, _Decoded(decoded)
+        finally:
+            governor.release(permit, used)
+
+    def _status_failure(self, response: HTTPResponse) -> _Failure:
+        status = response.status
+        message, code = _error_detail(response.body)
+        message = _redact(message, self._key)
+        if status == 429 and code == "insufficient_quota":
+            return _Failure(
+                "status",
+                f"{message} (insufficient_quota: add credit or raise the quota; not retried)",
+                status=status,
+                code=code,
+                retryable=False,
+            )
+        retryable = status not in NEVER_RETRY and is_retryable_status(status)
+        wait = server_wait(response.headers) if retryable else None
+        return _Failure("status", message, status=status, code=code, retryable=retryable, wait=wait)
+
+    def _give_up(self, failure: _Failure, state: _CallState) -> LLMError:
+        cfg = self._config
+        if failure.retryable:
+            why = f" (gave up after {state.attempts} attempts; max_retries={cfg.max_retries})"
+        else:
+            why = ""
+        where = f"model {cfg.model!r} at {cfg.base_url}"
+        return LLMError(
+            f"{where}: {failure.message}{why}",
+            status=failure.status,
+            model=cfg.model,
+            code=failure.code,
+            attempts=state.attempts,
+        )
+
+    def _completion(self, decoded: _Decoded, state: _CallState, started: float) -> Completion:
+        response = decoded.response
+        choice = response.choices[0]
+        usage = response.usage
+        prices = self._prices
+        assert prices is not None
+        if usage is None:
+            input_tokens = output_tokens = cached = reasoning = 0
+            cost: float | None = None
+            note: str | None = "the server reported no usage, so the cost is unmeasured"
+        else:
+            input_tokens = usage.prompt_tokens
+            output_tokens = usage.completion_tokens
+            details = usage.prompt_tokens_details
+            cached = (details.cached_tokens or 0) if details is not None else 0
+            cdetails = usage.completion_tokens_details
+            reasoning = (cdetails.reasoning_tokens or 0) if cdetails is not None else 0
+            cost, note = prices.cost(input_tokens, output_tokens, cached)
+        wall = time.perf_counter() - started
+        return Completion(
+            text=choice.message.content or "",
+            model=response.model or self._config.model,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cached_tokens=cached,
+            reasoning_tokens=reasoning,
+            cost_usd=cost,
+            cost_note=note,
+            queued_ms=state.queued_s * 1000.0,
+            latency_ms=max(0.0, wall - state.queued_s) * 1000.0,
+            retries=state.retries,
+            rate_limited=state.rate_limited,
+            finish_reason=choice.finish_reason,
+        )
+
+
+class _Decoded:
+    __slots__ = ("response",)
+
+    def __init__(self, response: ChatResponse) -> None:
+        self.response = response
+
+
+class _CallState:
+    """What one call has been through so far (read by the deadline handler)."""
+
+    __slots__ = ("attempts", "last_message", "last_status", "queued_s", "rate_limited", "retries")
+
+    def __init__(self) -> None:
+        self.attempts = 0
+        self.retries = 0
+        self.rate_limited = 0
+        self.queued_s = 0.0
+        self.last_status: int | None = None
+        self.last_message = ""

@@ -1,0 +1,133 @@
+"""Model settings: one frozen, validated struct per model endpoint."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import msgspec
+
+from ._exceptions import ModelConfigError
+
+__all__ = ["ModelConfig"]
+
+
+def _positive(name: str, value: float | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ModelConfigError(f"`{name}` must be a number, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ModelConfigError(f"`{name}` must be positive, got {value!r}")
+
+
+def _non_negative(name: str, value: float | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ModelConfigError(f"`{name}` must be a number, got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ModelConfigError(f"`{name}` must be zero or more, got {value!r}")
+
+
+def _int_at_least(name: str, value: int | None, low: int, high: int) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ModelConfigError(f"`{name}` must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise ModelConfigError(f"`{name}` must be between {low} and {high}, got {value}")
+
+
+class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """How to reach one model and how hard to push it.
+
+    ``base_url`` is an OpenAI-compatible endpoint ending before ``/chat/completions``
+    (``https://api.openai.com/v1``, ``http://127.0.0.1:8000/v1`` for vLLM, llama.cpp or
+    Ollama). The API key is read from the environment variable ``api_key_env`` when the
+    client opens (``None``: send no key), so a config can be printed, logged and pickled
+    without leaking it.
+
+    Limits: ``rpm``/``tpm`` (None: unlimited) feed the rate governor shared by every client
+    of the same (base URL, key, model); ``max_concurrency`` caps requests in flight.
+    ``rate_margin`` paces that fraction below ``rpm``/``tpm``, so that arrival jitter
+    between this process and the server's own window does not trip the server's limiter.
+    ``timeout`` bounds one HTTP attempt, ``deadline`` (None: none) the whole call including
+    queueing and retries; ``max_retries`` counts attempts after the first.
+
+    Prices are overrides in USD per million tokens; unset ones come from genai-prices.
+    ``max_tokens`` and ``temperature`` are defaults for every call (a call's own options win).
+    """
+
+    model: str
+    base_url: str = "https://api.openai.com/v1"
+    api_key_env: str | None = "OPENAI_API_KEY"
+    rpm: float | None = None
+    tpm: float | None = None
+    max_concurrency: int = 64
+    rate_margin: float = 0.02
+    timeout: float = 60.0
+    deadline: float | None = None
+    max_retries: int = 6
+    price_input: float | None = None
+    price_output: float | None = None
+    price_cached_input: float | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise ModelConfigError(f"`model` must be a non-empty string, got {self.model!r}")
+        if not isinstance(self.base_url, str) or not self.base_url.startswith(
+            ("http://", "https://")
+        ):
+            raise ModelConfigError(
+                f"`base_url` must start with http:// or https://, got {self.base_url!r}"
+            )
+        if self.api_key_env is not None and (
+            not isinstance(self.api_key_env, str) or not self.api_key_env.strip()
+        ):
+            raise ModelConfigError(
+                "`api_key_env` must name an environment variable (or be None for a server "
+                f"without keys), got {self.api_key_env!r}"
+            )
+        _positive("rpm", self.rpm)
+        _positive("tpm", self.tpm)
+        _int_at_least("max_concurrency", self.max_concurrency, 1, 100_000)
+        if isinstance(self.rate_margin, bool) or not isinstance(self.rate_margin, int | float):
+            raise ModelConfigError(f"`rate_margin` must be a number, got {self.rate_margin!r}")
+        if not 0 <= self.rate_margin <= 0.5:
+            raise ModelConfigError(
+                f"`rate_margin` must be between 0 and 0.5, got {self.rate_margin!r}"
+            )
+        _positive("timeout", self.timeout)
+        _positive("deadline", self.deadline)
+        _int_at_least("max_retries", self.max_retries, 0, 100)
+        _non_negative("price_input", self.price_input)
+        _non_negative("price_output", self.price_output)
+        _non_negative("price_cached_input", self.price_cached_input)
+        _int_at_least("max_tokens", self.max_tokens, 1, 10_000_000)
+        if self.temperature is not None:
+            _non_negative("temperature", self.temperature)
+            if self.temperature > 2:
+                raise ModelConfigError(
+                    f"`temperature` must be between 0 and 2, got {self.temperature!r}"
+                )
+
+    @property
+    def endpoint(self) -> str:
+        """The chat completions URL."""
+        return self.base_url.rstrip("/") + "/chat/completions"
+
+    def api_key(self) -> str | None:
+        """Read the key from the environment; a missing variable is a clear error."""
+        if self.api_key_env is None:
+            return None
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise ModelConfigError(
+                f"environment variable {self.api_key_env} (the `api_key_env` of model "
+                f"{self.model!r}) is not set: export it, or pass api_key_env=None for a "
+                "server that takes no key"
+            )
+        return key

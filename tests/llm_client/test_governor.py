@@ -1,0 +1,256 @@
+"""The rate governor: budgets, FIFO, shared pause, refusal, sharing, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import time
+from typing import Any
+
+import msgspec
+import pytest
+
+from llm_client import (
+    HTTPRequest,
+    HTTPResponse,
+    MockTransport,
+    ModelClient,
+    ModelConfig,
+    RateGovernor,
+    RequestTooLargeError,
+    Simulator,
+)
+from llm_client._governor import _Bucket, governor_for
+from llm_client._wire import estimate_tokens
+
+from .conftest import config, until, user
+
+
+def _peak(times: list[float], window: float) -> int:
+    times = sorted(times)
+    return max(
+        (bisect.bisect_right(times, t + window - 1e-9, lo=i) - i for i, t in enumerate(times)),
+        default=0,
+    )
+
+
+def _peak_weighted(events: list[tuple[float, int]], window: float) -> int:
+    events = sorted(events)
+    best = 0
+    for i, (start, _) in enumerate(events):
+        total = sum(w for t, w in events[i:] if t < start + window - 1e-9)
+        best = max(best, total)
+    return best
+
+
+def _ok(tokens_in: int, tokens_out: int = 2) -> HTTPResponse:
+    body = {
+        "choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": tokens_in, "completion_tokens": tokens_out},
+    }
+    return HTTPResponse(200, {}, msgspec.json.encode(body))
+
+
+class TestBucket:
+    def test_refills_continuously_up_to_capacity(self) -> None:
+        """A bucket gains rate * elapsed and never more than its capacity."""
+        bucket = _Bucket(rate=10.0, capacity=2.0, now=0.0)
+        bucket.level = -1.0
+        bucket.refill(0.15)
+        assert bucket.level == pytest.approx(0.5)
+        bucket.refill(10.0)
+        assert bucket.level == 2.0
+
+    def test_wait_until_level(self) -> None:
+        """wait() is the time for the level to reach what is needed, 0 if it has."""
+        bucket = _Bucket(rate=4.0, capacity=0.0, now=0.0)
+        bucket.level = -2.0
+        assert bucket.wait(0.0, 0.0) == pytest.approx(0.5)
+        bucket.level = 0.0
+        assert bucket.wait(0.0, 0.0) == 0.0
+
+    def test_paused_bucket_does_not_refill(self) -> None:
+        """A stamp in the future (a pause) delays both refill and admission."""
+        bucket = _Bucket(rate=10.0, capacity=2.0, now=0.0)
+        bucket.level = 0.0
+        bucket.stamp = 1.0
+        bucket.refill(0.5)
+        assert bucket.level == 0.0
+        assert bucket.wait(1.0, 0.5) == pytest.approx(0.6)
+
+
+class TestRateGovernor:
+    @pytest.mark.slow
+    async def test_request_rate_never_exceeded_in_any_window(self, make_sim: Any) -> None:
+        """In every window W, at most rpm*W/60 + 2 requests reach the server (+1 for
+        arrival jitter between the client's clock and the server's); ~2.5 s."""
+        rpm = 3000.0  # 50 a second
+        async with make_sim(latency_ms=2) as sim:
+            cfg = config(sim, rpm=rpm, rate_margin=0.0)
+            async with ModelClient(cfg) as client:
+                started = time.perf_counter()
+                await asyncio.gather(*(client.complete(user(f"q{i}")) for i in range(120)))
+                elapsed = time.perf_counter() - started
+        for window in (0.1, 0.25, 0.5, 1.0, 2.0):
+            assert sim.peak_requests(window) <= rpm * window / 60 + 2 + 1, window
+        # and the budget is used: 120 requests at 50/s with a burst of 2 take ~2.36 s
+        assert elapsed >= (120 - 2) / 50 * 0.97
+        assert elapsed <= (120 - 2) / 50 * 1.3
+
+    @pytest.mark.slow
+    async def test_token_rate_never_exceeded_in_any_window(self) -> None:
+        """In every window W, reserved tokens stay within tpm*W/60 plus one reservation
+        (clock read by the transport; ~2 s)."""
+        seen: list[tuple[float, int]] = []
+
+        def handler(request: HTTPRequest) -> HTTPResponse:
+            body = msgspec.json.decode(request.body)
+            tokens = estimate_tokens(body["messages"])
+            seen.append((time.monotonic(), tokens + body["max_tokens"]))
+            return _ok(tokens)
+
+        tpm = 120_000.0  # 2,000 tokens a second
+        cfg = ModelConfig(model="m", api_key_env=None, tpm=tpm, rate_margin=0.0)
+        async with ModelClient(cfg, transport=MockTransport(handler)) as client:
+            sizes = [40, 400, 120, 800, 40, 300] * 2
+            await asyncio.gather(
+                *(client.complete(user("x" * (4 * n)), max_tokens=10) for n in sizes)
+            )
+        biggest = max(w for _, w in seen)
+        for window in (0.25, 0.5, 1.0, 2.0):
+            assert _peak_weighted(seen, window) <= tpm * window / 60 + biggest, window
+        # and the budget is used: settled at the usage reported (max_tokens 10, used 2),
+        # every admission but the last waits for the tokens of those before it
+        used = [w - 8 for _, w in seen]
+        span = seen[-1][0] - seen[0][0]
+        assert span >= (sum(used) - used[-1]) / 2000 * 0.95
+        assert span <= (sum(used) - used[-1]) / 2000 * 1.3
+
+    async def test_fifo_and_large_requests_are_not_overtaken(self) -> None:
+        """Callers are sent in arrival order; a large reservation waiting on the token budget
+        is not overtaken by small ones that came after it (~0.5 s)."""
+        order: list[str] = []
+
+        def handler(request: HTTPRequest) -> HTTPResponse:
+            body = msgspec.json.decode(request.body)
+            order.append(body["messages"][0]["content"][:3])
+            return _ok(estimate_tokens(body["messages"]), 1)
+
+        cfg = ModelConfig(model="m", api_key_env=None, tpm=600_000, rate_margin=0.0)
+        sizes = [2000, 10, 3000, 10, 10, 1500, 10]  # 10,000 tokens a second
+        async with ModelClient(cfg, transport=MockTransport(handler)) as client:
+            tasks = []
+            for i, size in enumerate(sizes):
+                text = f"c{i}:" + "x" * (4 * size)
+                tasks.append(asyncio.create_task(client.complete(user(text), max_tokens=1)))
+                stats = client.statistics
+                await until(lambda: stats().requests_sent + stats().waiting >= i + 1)  # noqa: B023
+            await asyncio.gather(*tasks)
+        assert order == [f"c{i}:" for i in range(len(sizes))]
+
+    async def test_shared_pause_on_429(self) -> None:
+        """After a 429 with retry-after-ms, no caller of the governor is sent before the
+        pause ends (tolerance 15 ms for timer granularity)."""
+        sent: list[tuple[float, str]] = []
+        first = asyncio.Event()
+        pause_s = 0.3
+
+        async def handler(request: HTTPRequest) -> HTTPResponse:
+            text = msgspec.json.decode(request.body)["messages"][0]["content"]
+            sent.append((time.monotonic(), text))
+            if text == "a" and not first.is_set():
+                first.set()
+                return HTTPResponse(
+                    429,
+                    {"retry-after-ms": str(int(pause_s * 1000))},
+                    b'{"error": {"message": "slow down", "code": "rate_limit_exceeded"}}',
+                )
+            return _ok(3)
+
+        cfg = ModelConfig(model="m", api_key_env=None, max_concurrency=1)
+        async with ModelClient(cfg, transport=MockTransport(handler)) as client:
+            results = await asyncio.gather(*(client.complete(user(t)) for t in "abcd"))
+            stats = client.statistics()
+        t429 = sent[0][0]
+        assert sent[0][1] == "a"
+        assert all(t >= t429 + pause_s - 0.015 for t, _ in sent[1:])
+        # the caller that met the 429 keeps its place: it goes first after the pause
+        assert sent[1][1] == "a"
+        assert results[0].rate_limited == 1 and results[0].retries == 1
+        assert results[0].queued_ms >= (pause_s - 0.015) * 1000
+        assert stats.rate_limited == 1 and stats.pauses == 1 and stats.retries == 1
+
+    async def test_request_larger_than_budget_is_refused_at_once(self) -> None:
+        """A reservation above the whole TPM budget raises RequestTooLargeError, sends nothing."""
+        transport = MockTransport(lambda request: _ok(1))
+        cfg = ModelConfig(model="m", api_key_env=None, tpm=1000)
+        async with ModelClient(cfg, transport=transport) as client:
+            with pytest.raises(RequestTooLargeError, match="1000 tokens per minute"):
+                await client.complete(user("x" * 8000))
+            assert client.statistics().refused == 1
+        assert transport.requests == []
+
+    async def test_one_governor_per_url_key_model(self, sim: Simulator) -> None:
+        """Clients of one (URL, key, model) share a governor; another model gets its own,
+        and the stricter limits win."""
+        a = config(sim, "m1", rpm=600)
+        b = config(sim, "m1", rpm=300, max_concurrency=8)
+        c = config(sim, "m2", rpm=600)
+        async with ModelClient(a) as ca, ModelClient(b) as cb, ModelClient(c) as cc:
+            await ca.complete(user("hi"))
+            assert cb.statistics().requests_sent == 1
+            assert cb.statistics().rpm == 300 and ca.statistics().max_concurrency == 8
+            assert cc.statistics().requests_sent == 0
+
+    async def test_registry_is_per_loop(self) -> None:
+        """A governor made in one loop is not handed to another loop."""
+        kwargs: dict[str, Any] = {
+            "base_url": "http://127.0.0.1:1/v1",
+            "api_key": "k",
+            "model": "m",
+            "rpm": None,
+            "tpm": None,
+            "max_concurrency": 4,
+            "margin": 0.0,
+        }
+        here = governor_for(**kwargs)
+        assert governor_for(**kwargs) is here
+
+        async def other() -> RateGovernor:
+            return governor_for(**kwargs)
+
+        there = await asyncio.to_thread(asyncio.run, other())
+        assert there is not here
+
+    async def test_cancelled_waiter_leaves_the_line(self) -> None:
+        """A caller cancelled while queued is dropped and the next one is admitted."""
+        governor = RateGovernor(max_concurrency=1)
+        held = await governor.acquire(1)
+        second = asyncio.create_task(governor.acquire(1))
+        third = asyncio.create_task(governor.acquire(1))
+        await until(lambda: governor.statistics().waiting >= 2)
+        second.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        assert governor.statistics().waiting == 1
+        governor.release(held, None)
+        permit = await third
+        stats = governor.statistics()
+        assert (stats.in_flight, stats.waiting, stats.requests_sent) == (1, 0, 2)
+        governor.release(permit, 1)
+        assert governor.statistics().in_flight == 0
+
+    async def test_settlement_refunds_unused_tokens(self) -> None:
+        """A reservation is corrected to the reported usage, or refunded when none came."""
+        clock = [0.0]
+        governor = RateGovernor(tpm=600.0, clock=lambda: clock[0])  # 10 tokens a second
+        permit = await governor.acquire(100)
+        assert governor.statistics().tokens_reserved == 100
+        governor.release(permit, 30)  # used 30: 70 come back
+        assert governor._tokens is not None
+        assert governor._tokens.level == pytest.approx(-30.0)
+        clock[0] = 3.0  # 30 tokens refilled: level back to 0
+        permit = await governor.acquire(50)
+        governor.release(permit, None)
+        assert governor._tokens.level == pytest.approx(0.0)
+        assert governor.statistics().tokens_reserved == 0
