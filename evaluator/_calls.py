@@ -70,14 +70,25 @@ def _error_kind(stage: Stage, exc: BaseException) -> str:
     return "program_error" if stage == "run" else "metric_error"
 
 
-def _describe(exc: BaseException, stage: Stage) -> str:
-    where = "`run`" if stage == "run" else "`score`"
-    text = str(exc)
+_MAX_MESSAGE = 500
+
+
+def _describe(exc: BaseException, fn: UserFunction) -> str:
+    """``score raised ValueError: ... (at metric.py:12)``: what, and where in the user's file."""
     if isinstance(exc, InvalidReturn):
-        return text
-    return f"{where} raised {type(exc).__name__}: {short_repr(text)[1:-1] if text else ''}".rstrip(
-        ": "
-    )
+        return str(exc)
+    text = str(exc)
+    if len(text) > _MAX_MESSAGE:
+        text = text[: _MAX_MESSAGE - 3] + "..."
+    where = ""
+    tb = exc.__traceback__
+    user_file = str(fn.path)
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == user_file:
+            where = f" (at {fn.path.name}:{tb.tb_lineno})"
+        tb = tb.tb_next
+    message = f"`{fn.name}` raised {type(exc).__name__}"
+    return f"{message}: {text}{where}" if text else message + where
 
 
 def _finish(stage: Stage, call: Call, raw: Any, started: int) -> Outcome:
@@ -106,7 +117,7 @@ def invoke_sync(
             raw = fn.fn(*_args(fn, call))
         except Exception as exc:
             return Outcome(
-                None, ErrorInfo(_error_kind(stage, exc), _describe(exc, stage)), started, _clock()
+                None, ErrorInfo(_error_kind(stage, exc), _describe(exc, fn)), started, _clock()
             )
         except SystemExit as exc:
             return Outcome(
@@ -129,7 +140,7 @@ async def invoke_async(
             raw = await fn.fn(*_args(fn, call))
         except Exception as exc:
             return Outcome(
-                None, ErrorInfo(_error_kind(stage, exc), _describe(exc, stage)), started, _clock()
+                None, ErrorInfo(_error_kind(stage, exc), _describe(exc, fn)), started, _clock()
             )
     return _finish(stage, call, raw, started)
 

@@ -55,13 +55,10 @@ def user_errors(
     return wrapped
 
 
-def mark(ok: bool, *, color: bool) -> str:
-    if not color:
-        return "PASS" if ok else "FAIL"
-    return "[green]✓[/green]" if ok else "[red]✗[/red]"
-
-
-def console(stderr: bool = False) -> Any:
+def console(stderr: bool = False, *, wide: bool = False) -> Any:
+    """A rich console; ``wide`` gives tables room when the output is not a terminal."""
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() or not wide else 200
+    return Console(stderr=stderr, highlight=False, soft_wrap=not wide, width=width)

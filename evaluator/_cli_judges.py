@@ -241,7 +241,7 @@ def print_table(report: Any) -> None:
             _fmt(row.kappa if report.kind == "verdicts" else row.pearson, ".3f"),
             "★" if row.pareto else "",
         )
-    out = console()
+    out = console(wide=True)
     out.print(table)
     for row in report.rows:
         if row.failure:

@@ -107,7 +107,9 @@ def _row(model: str, results: list[Result]) -> JudgeRow:
     if unknown:
         notes = [n for r in unknown for n in r.judge.notes]
         note = notes[0] if notes else "price unknown"
-    elif n:
+    elif not costs:
+        note = "no model call completed"
+    else:
         cost = sum(c for c in costs if c is not None)
     latencies = [r.metric_ms for r in ok if r.metric_ms is not None]
     failure = None

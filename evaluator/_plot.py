@@ -57,6 +57,10 @@ def plot_judges(report: Any, path: str | Path) -> None:
             zorder=1,
         )
         ax.legend(loc="lower right")
+    costs = [r.cost_per_1k_usd for r in rows if r.cost_per_1k_usd]
+    if costs and max(costs) / min(costs) > 20:
+        ax.set_xscale("log")  # judge prices span orders of magnitude
+    ax.margins(x=0.15, y=0.1)
     metric = "agreement" if report.kind == "verdicts" else "Pearson r"
     ax.set_xlabel("cost per 1,000 examples (USD)")
     ax.set_ylabel(f"{metric} with {report.reference}")
