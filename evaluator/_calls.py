@@ -16,7 +16,7 @@ from typing import Any, Literal
 import msgspec
 
 from ._context import CallContext, LLMBridge, Stage, call_context
-from ._contract import short_repr, validate_return
+from ._contract import validate_return
 from ._exceptions import InvalidReturn
 from ._loader import UserFunction
 from ._results import ErrorInfo, Observation
