@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, Literal, Protocol
+
+import msgspec
 
 from ._results import Observation
 
@@ -30,14 +31,13 @@ class LLMBridge(Protocol):
     async def acall(self, instruction: str, input: str | None, options: dict[str, Any]) -> str: ...
 
 
-@dataclass(frozen=True, slots=True)
-class CallContext:
+class CallContext(msgspec.Struct, frozen=True):
     """Who is being called: the example, the stage, and what the metric may read."""
 
     example_id: Any
     stage: Stage
     observation: Observation | None = None
-    llm: LLMBridge | None = None
+    llm: Any = None  # an LLMBridge
 
 
 _current: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar(

@@ -71,7 +71,7 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
     notes: tuple[str, ...] = ()
 
 
-class Scored(msgspec.Struct, frozen=True):
+class Scored(msgspec.Struct, frozen=True, gc=False):
     """A metric return value that passed the contract: score, named scores, feedback, extra."""
 
     score: float
