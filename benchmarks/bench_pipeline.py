@@ -1,0 +1,234 @@
+"""Pipeline benchmarks: cheap-metric throughput, memory when streaming, optimizer overhead.
+
+    python benchmarks/bench_pipeline.py            # full sizes; ratios from one run
+    python benchmarks/bench_pipeline.py --smoke    # CI: small sizes, a few seconds
+
+1. Cheap metric (the docs' exact match), score-only: the engine's examples/s in the
+   process and inline executors, against a bare loop calling the metric and against one
+   asyncio task per example, gathered. Targets: >= 300,000/s, >= 3x task-per-example.
+2. Memory: peak RSS streaming N generated examples vs N/10, each in a fresh subprocess
+   (``VmHWM``). Target ratio <= 1.2.
+3. Optimizer-style: many ``evaluate_many`` calls of 3 examples on a warm Evaluator; the
+   engine's overhead per call in µs (the metric's own time subtracted). Target <= 200 µs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from evaluator._contract import validate_return  # noqa: E402
+from evaluator._dataset import Example  # noqa: E402
+from evaluator._pipeline import Evaluator  # noqa: E402
+from evaluator._results import Result  # noqa: E402
+
+EXACT = """
+def score(input, output, expected=None):
+    want = expected["label"]
+    if output == want:
+        return 1.0, {"feedback": "Correct."}
+    return 0.0, {"feedback": f"Expected {want!r}, got {output!r}."}
+"""
+
+ASYNC_EXACT = """
+async def score(input, output, expected=None):
+    want = expected["label"]
+    if output == want:
+        return 1.0, {"feedback": "Correct."}
+    return 0.0, {"feedback": f"Expected {want!r}, got {output!r}."}
+"""
+
+
+def _examples(n: int) -> list[Example]:
+    return [
+        Example(id=i, input={"q": i}, expected={"label": "a"}, output="a" if i % 4 else "b")
+        for i in range(n)
+    ]
+
+
+def _write(folder: Path, name: str, source: str) -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+# -- 1. cheap metric throughput -----------------------------------------------------------
+
+
+async def _engine_rate(metric: Path, execution: str, examples: list[Example]) -> float:
+    async with Evaluator(metric, execution=execution) as ev:
+        await ev.evaluate_many(None, examples[: min(len(examples), 20_000)])  # warm up
+        started = time.perf_counter()
+        results = await ev.evaluate_many(None, examples)
+        elapsed = time.perf_counter() - started
+    assert len(results) == len(examples)
+    return len(examples) / elapsed
+
+
+def _bare_rate(metric: Path, examples: list[Example]) -> float:
+    namespace: dict[str, Any] = {}
+    exec(compile(metric.read_text(), str(metric), "exec"), namespace)
+    score = namespace["score"]
+    started = time.perf_counter()
+    for ex in examples:
+        score(ex.input, ex.output, ex.expected)
+    return len(examples) / (time.perf_counter() - started)
+
+
+async def _task_per_example_rate(source: str, examples: list[Example]) -> float:
+    """The common pattern: one asyncio task per example, validated, gathered."""
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "exact.py", "exec"), namespace)
+    score = namespace["score"]
+
+    async def one(ex: Example) -> Result:
+        scored = validate_return(score(ex.input, ex.output, ex.expected), ex.id)
+        return Result(
+            example_id=ex.id, score=scored.score, scores=scored.scores, feedback=scored.feedback
+        )
+
+    started = time.perf_counter()
+    results = await asyncio.gather(*(one(ex) for ex in examples))
+    elapsed = time.perf_counter() - started
+    assert len(results) == len(examples)
+    return len(examples) / elapsed
+
+
+def bench_cheap(folder: Path, n: int) -> dict[str, float]:
+    metric = _write(folder, "exact.py", EXACT)
+    examples = _examples(n)
+    out = {
+        "bare_loop": _bare_rate(metric, examples),
+        "task_per_example": asyncio.run(_task_per_example_rate(metric.read_text(), examples)),
+        "engine_inline": asyncio.run(_engine_rate(metric, "inline", examples)),
+        "engine_process": asyncio.run(_engine_rate(metric, "process", examples)),
+    }
+    return out
+
+
+# -- 2. memory ------------------------------------------------------------------------------
+
+_MEMORY_CHILD = """
+import asyncio, resource, sys
+sys.path.insert(0, {root!r})
+from evaluator._dataset import Example
+from evaluator._pipeline import Evaluator
+
+def rows(n):
+    for i in range(n):
+        yield Example(id=i, input={{"q": i}}, expected={{"label": "a"}}, output="a")
+
+async def main(n):
+    count = 0
+    async with Evaluator({metric!r}, execution={execution!r}) as ev:
+        async for _ in ev.stream(None, rows(n)):
+            count += 1
+    assert count == n
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so a child started by a
+    # big parent would report the parent's peak.
+    try:
+        with open("/proc/self/status") as fh:
+            print(next(int(l.split()[1]) for l in fh if l.startswith("VmHWM:")))
+    except OSError:
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+asyncio.run(main(int(sys.argv[1])))
+"""
+
+
+def _peak_rss_kb(metric: Path, n: int, execution: str) -> int:
+    code = _MEMORY_CHILD.format(root=str(ROOT), metric=str(metric), execution=execution)
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(n)], capture_output=True, text=True, check=True
+    )
+    return int(done.stdout.strip().splitlines()[-1])
+
+
+def bench_memory(folder: Path, n: int) -> dict[str, float]:
+    metric = _write(folder, "exact.py", EXACT)
+    small = _peak_rss_kb(metric, n // 10, "inline")
+    large = _peak_rss_kb(metric, n, "inline")  # peak RSS in kB
+    return {"rss_small_mb": small / 1024, "rss_large_mb": large / 1024, "ratio": large / small}
+
+
+# -- 3. optimizer-style overhead --------------------------------------------------------------
+
+
+async def _overhead(metric: Path, execution: str, calls: int) -> dict[str, float]:
+    batches = [_examples(3) for _ in range(calls)]
+    async with Evaluator(metric, execution=execution) as ev:
+        for batch in batches[:50]:  # warm: workers started, chunk size learned
+            await ev.evaluate_many(None, batch)
+        started = time.perf_counter()
+        for batch in batches:
+            results = await ev.evaluate_many(None, batch)
+        elapsed = time.perf_counter() - started
+        metric_ms = sum(r.metric_ms or 0.0 for r in results) * calls
+    per_call_us = elapsed / calls * 1e6
+    return {"per_call_us": per_call_us, "overhead_us": per_call_us - metric_ms * 1e3 / calls}
+
+
+def bench_optimizer(folder: Path, calls: int) -> dict[str, dict[str, float]]:
+    exact = _write(folder, "exact.py", EXACT)
+    aexact = _write(folder, "aexact.py", ASYNC_EXACT)
+    return {
+        "async": asyncio.run(_overhead(aexact, "async", calls)),
+        "inline": asyncio.run(_overhead(exact, "inline", calls)),
+        "process": asyncio.run(_overhead(exact, "process", calls)),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="small sizes for CI")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    n_cheap, n_memory, n_calls = (
+        (20_000, 100_000, 200) if args.smoke else (200_000, 1_000_000, 2_000)
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        cheap = bench_cheap(folder, n_cheap)
+        memory = bench_memory(folder, n_memory)
+        optimizer = bench_optimizer(folder, n_calls)
+    out = {"sizes": {"cheap": n_cheap, "memory": n_memory, "calls": n_calls}}
+    out.update({"cheap": cheap, "memory": memory, "optimizer": optimizer})
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"1. cheap metric, {n_cheap:,} examples score-only (examples/s)")
+    for name, rate in cheap.items():
+        print(f"   {name:<18} {rate:>12,.0f}")
+    task = cheap["task_per_example"]
+    for name in ("engine_inline", "engine_process"):
+        print(
+            f"   {name} / task-per-example = {cheap[name] / task:.2f}x"
+            f"  (target >= 3x); vs 300,000/s target: {cheap[name] / 300_000:.2f}"
+        )
+    print(f"2. memory streaming {n_memory:,} vs {n_memory // 10:,} examples (peak RSS)")
+    print(
+        f"   {memory['rss_large_mb']:.1f} MB vs {memory['rss_small_mb']:.1f} MB: "
+        f"ratio {memory['ratio']:.2f} (target <= 1.2)"
+    )
+    print(f"3. optimizer-style: {n_calls:,} evaluate_many calls of 3 examples, warm")
+    for name, figures in optimizer.items():
+        print(
+            f"   {name:<8} {figures['per_call_us']:8.1f} µs per call, "
+            f"engine overhead {figures['overhead_us']:8.1f} µs (target <= 200)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,316 @@
+"""The summary of an evaluation, built incrementally from its results.
+
+:class:`ReportBuilder` takes one :class:`Result` at a time (or a batch) and keeps only
+counters and fixed-size latency histograms, so a streamed run of any length and the
+CLI's live progress display need no list of all results. :meth:`ReportBuilder.build`
+returns a frozen :class:`Report` at any moment.
+
+Denominators are explicit: ``n`` = ``ok`` + the sum of ``errors``; the mean over all
+examples counts each error at the failure score, and the mean over the ok ones says how
+many it covers, so an error never silently vanishes from a mean.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+
+import msgspec
+
+from ._results import ERROR_KINDS, Result
+
+__all__ = ["Latency", "NamedScore", "Report", "ReportBuilder", "report_rows"]
+
+# Latency histogram: buckets of 1 % relative width from 1 µs up; percentiles are read
+# at the bucket's geometric centre, so they are within 0.5 % of the exact value.
+_GROWTH = 1.01
+_LOG_GROWTH = math.log(_GROWTH)
+_FLOOR_MS = 0.001
+
+
+class Latency(msgspec.Struct, frozen=True, kw_only=True):
+    """Latency percentiles in milliseconds (None when nothing was measured)."""
+
+    count: int = 0
+    mean_ms: float | None = None
+    p50_ms: float | None = None
+    p95_ms: float | None = None
+    p99_ms: float | None = None
+    max_ms: float | None = None
+
+
+class NamedScore(msgspec.Struct, frozen=True):
+    """The mean of one named score over the ok examples that returned it."""
+
+    mean: float
+    count: int
+
+
+class Report(msgspec.Struct, frozen=True, kw_only=True):
+    """Counts, means, latency, throughput and cost of one evaluation."""
+
+    n: int
+    ok: int
+    errors: dict[str, int]
+    failure_score: float
+    mean_score: float | None
+    mean_score_ok: float | None
+    scores: dict[str, NamedScore]
+    program_latency: Latency
+    program_own_latency: Latency
+    metric_latency: Latency
+    wall_s: float
+    throughput: float | None
+    # None when any example's cost was unmeasured, or no program ran (score-only).
+    program_cost_usd: float | None
+    program_cost_measured: int
+    program_cost_unmeasured: int
+    judge_cost_usd: float | None
+    judge_cost_unmeasured: int
+    program_llm_calls: int
+    judge_llm_calls: int
+    input_tokens: int
+    output_tokens: int
+    rate_limited: int
+    retries: int
+    abandoned_threads: int = 0
+    resumed: int = 0
+
+    @property
+    def error_count(self) -> int:
+        return self.n - self.ok
+
+
+class _Histogram:
+    __slots__ = ("buckets", "count", "max", "total")
+
+    def __init__(self) -> None:
+        self.buckets: dict[int, int] = {}
+        self.count = 0
+        self.total = 0.0
+        self.max = 0.0
+
+    def add(self, ms: float) -> None:
+        self.count += 1
+        self.total += ms
+        if ms > self.max:
+            self.max = ms
+        index = 0 if ms <= _FLOOR_MS else int(math.log(ms / _FLOOR_MS) / _LOG_GROWTH) + 1
+        buckets = self.buckets
+        buckets[index] = buckets.get(index, 0) + 1
+
+    def quantile(self, q: float) -> float:
+        rank = q * (self.count - 1)
+        seen = 0
+        for index in sorted(self.buckets):
+            seen += self.buckets[index]
+            if seen > rank:
+                if index == 0:
+                    return _FLOOR_MS
+                # geometric centre of [floor*g^(i-1), floor*g^i)
+                return min(self.max, float(_FLOOR_MS * _GROWTH ** (index - 0.5)))
+        return self.max
+
+    def latency(self) -> Latency:
+        if not self.count:
+            return Latency()
+        return Latency(
+            count=self.count,
+            mean_ms=self.total / self.count,
+            p50_ms=self.quantile(0.50),
+            p95_ms=self.quantile(0.95),
+            p99_ms=self.quantile(0.99),
+            max_ms=self.max,
+        )
+
+
+class ReportBuilder:
+    """Feed results with :meth:`add` (or :meth:`add_many`); :meth:`build` at any time."""
+
+    def __init__(self, *, failure_score: float = 0.0) -> None:
+        self.failure_score = failure_score
+        self.n = 0
+        self.ok = 0
+        self.errors: dict[str, int] = {}
+        self._sum_all = 0.0
+        self._sum_ok = 0.0
+        self._named: dict[str, list[float]] = {}  # name -> [sum, count]
+        self._program = _Histogram()
+        self._own = _Histogram()
+        self._metric = _Histogram()
+        self.program_cost: float = 0.0
+        self.program_cost_measured = 0
+        self.program_cost_unmeasured = 0
+        self.judge_cost: float = 0.0
+        self.judge_cost_unmeasured = 0
+        self.program_llm_calls = 0
+        self.judge_llm_calls = 0
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.rate_limited = 0
+        self.retries = 0
+        self.resumed = 0
+        self._started = time.perf_counter()
+        self._first_new: float | None = None
+        self._new = 0
+
+    def add(self, result: Result, *, resumed: bool = False) -> None:
+        """Count one result. ``resumed``: it came from an earlier run (not in throughput)."""
+        self.n += 1
+        if resumed:
+            self.resumed += 1
+        else:
+            self._new += 1
+        error = result.error
+        if error is None:
+            self.ok += 1
+            score = result.score
+            self._sum_all += score
+            self._sum_ok += score
+            if result.scores:
+                named = self._named
+                for name, value in result.scores.items():
+                    entry = named.get(name)
+                    if entry is None:
+                        named[name] = [value, 1.0]
+                    else:
+                        entry[0] += value
+                        entry[1] += 1.0
+        else:
+            self._sum_all += result.score
+            self.errors[error.kind] = self.errors.get(error.kind, 0) + 1
+        obs = result.observation
+        if obs.duration_ms is not None:
+            self._program.add(obs.duration_ms)
+            self._own.add(max(0.0, obs.duration_ms - obs.queued_ms))
+            if obs.cost_usd is None:
+                self.program_cost_unmeasured += 1
+            else:
+                self.program_cost_measured += 1
+                self.program_cost += obs.cost_usd
+        if result.metric_ms is not None:
+            self._metric.add(result.metric_ms)
+        if obs.llm_calls:
+            self.program_llm_calls += obs.llm_calls
+            self.input_tokens += obs.input_tokens
+            self.output_tokens += obs.output_tokens
+            self.retries += obs.retries
+            self.rate_limited += getattr(obs, "rate_limited", 0)
+        judge = result.judge
+        if judge.llm_calls:
+            self.judge_llm_calls += judge.llm_calls
+            self.input_tokens += judge.input_tokens
+            self.output_tokens += judge.output_tokens
+            self.retries += judge.retries
+            self.rate_limited += judge.rate_limited
+        if judge.cost_usd is None:
+            self.judge_cost_unmeasured += 1
+        else:
+            self.judge_cost += judge.cost_usd
+
+    def add_many(self, results: Iterable[Result], *, resumed: bool = False) -> None:
+        add = self.add
+        for result in results:
+            add(result, resumed=resumed)
+
+    def restart_clock(self) -> None:
+        """Measure wall time and throughput from now (after a contract check, say)."""
+        self._started = time.perf_counter()
+
+    def build(self, *, abandoned_threads: int = 0, wall_s: float | None = None) -> Report:
+        wall = time.perf_counter() - self._started if wall_s is None else wall_s
+        named = {
+            name: NamedScore(total / count, int(count))
+            for name, (total, count) in sorted(self._named.items())
+        }
+        errors = {kind: self.errors[kind] for kind in ERROR_KINDS if kind in self.errors}
+        errors.update({k: v for k, v in self.errors.items() if k not in errors})
+        return Report(
+            n=self.n,
+            ok=self.ok,
+            errors=errors,
+            failure_score=self.failure_score,
+            mean_score=self._sum_all / self.n if self.n else None,
+            mean_score_ok=self._sum_ok / self.ok if self.ok else None,
+            scores=named,
+            program_latency=self._program.latency(),
+            program_own_latency=self._own.latency(),
+            metric_latency=self._metric.latency(),
+            wall_s=wall,
+            throughput=self._new / wall if wall > 0 and self._new else None,
+            program_cost_usd=(
+                self.program_cost
+                if self.program_cost_measured and not self.program_cost_unmeasured
+                else None
+            ),
+            program_cost_measured=self.program_cost_measured,
+            program_cost_unmeasured=self.program_cost_unmeasured,
+            judge_cost_usd=None if self.judge_cost_unmeasured else self.judge_cost,
+            judge_cost_unmeasured=self.judge_cost_unmeasured,
+            program_llm_calls=self.program_llm_calls,
+            judge_llm_calls=self.judge_llm_calls,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            rate_limited=self.rate_limited,
+            retries=self.retries,
+            abandoned_threads=abandoned_threads,
+            resumed=self.resumed,
+        )
+
+
+def report_rows(report: Report) -> list[tuple[str, str]]:
+    """The report as (label, value) rows for a table or plain text."""
+
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value:,.1f} ms" if value >= 1 else f"{value:.3f} ms"
+
+    def usd(value: float | None, unmeasured: int) -> str:
+        if value is None:
+            return f"unmeasured ({unmeasured} example(s) without a known price)"
+        return f"${value:.6f}"
+
+    def mean(value: float | None) -> str:
+        return "-" if value is None else f"{value:.4f}"
+
+    rows: list[tuple[str, str]] = [
+        (
+            "examples",
+            f"{report.n:,}"
+            + (f" ({report.resumed:,} from an earlier run)" if report.resumed else ""),
+        ),
+        ("ok", f"{report.ok:,}"),
+    ]
+    for kind, count in report.errors.items():
+        rows.append((f"error: {kind}", f"{count:,} of {report.n:,}"))
+    rows.append((f"mean score (all, errors at {report.failure_score:g})", mean(report.mean_score)))
+    rows.append((f"mean score (ok, n={report.ok:,})", mean(report.mean_score_ok)))
+    for name, named in report.scores.items():
+        rows.append((f"  {name} (n={named.count:,})", f"{named.mean:.4f}"))
+    for label, lat in (("program", report.program_latency), ("metric", report.metric_latency)):
+        if lat.count:
+            rows.append(
+                (
+                    f"{label} latency p50 / p95 / p99",
+                    f"{ms(lat.p50_ms)} / {ms(lat.p95_ms)} / {ms(lat.p99_ms)}",
+                )
+            )
+    rows.append(("wall time", f"{report.wall_s:,.2f} s"))
+    if report.throughput is not None:
+        rows.append(("throughput", f"{report.throughput:,.1f} examples/s"))
+    if report.program_cost_measured or report.program_cost_unmeasured:
+        rows.append(("program cost", usd(report.program_cost_usd, report.program_cost_unmeasured)))
+    if report.judge_llm_calls or report.judge_cost_unmeasured:
+        rows.append(("judge cost", usd(report.judge_cost_usd, report.judge_cost_unmeasured)))
+    if report.program_llm_calls or report.judge_llm_calls:
+        rows.append(
+            (
+                "model calls",
+                f"{report.program_llm_calls:,} program, {report.judge_llm_calls:,} judge",
+            )
+        )
+        rows.append(("tokens in / out", f"{report.input_tokens:,} / {report.output_tokens:,}"))
+        rows.append(("429s / retries", f"{report.rate_limited:,} / {report.retries:,}"))
+    if report.abandoned_threads:
+        rows.append(("abandoned threads", f"{report.abandoned_threads:,}"))
+    return rows

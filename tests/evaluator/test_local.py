@@ -1,0 +1,260 @@
+"""The in-process executors: async, thread and inline."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evaluator._calls import Call
+from evaluator._loader import UserFunction, load_metric
+from evaluator._local import AsyncExecutor, InlineExecutor, ThreadExecutor
+from evaluator._results import Observation
+
+# A metric whose behaviour is chosen per example by input["kind"].
+BEHAVIOURS = """
+import os, time, threading
+
+RELEASE = threading.Event()
+
+def score(input, output, expected=None):
+    kind = input.get("kind", "ok")
+    if kind == "ok":
+        return float(output == expected["label"]), {"feedback": "checked"}
+    if kind == "raise":
+        raise ValueError("boom " + str(input.get("n")))
+    if kind == "slow":
+        time.sleep(0.002)
+        return 0.5, {"feedback": "slow", "scores": {"part": 0.25}}
+    if kind == "invalid":
+        return "0.8", {"feedback": "a string score"}
+    if kind == "crash":
+        os._exit(1)
+    if kind == "hang":
+        RELEASE.wait(input.get("hang_s", 30))
+        return 1.0, {"feedback": "woke"}
+    raise AssertionError(kind)
+"""
+
+ASYNC_BEHAVIOURS = """
+import asyncio
+
+async def score(input, output, expected=None):
+    kind = input.get("kind", "ok")
+    if kind == "ok":
+        return float(output == expected["label"]), {"feedback": "checked"}
+    if kind == "raise":
+        raise ValueError("boom " + str(input.get("n")))
+    if kind == "slow":
+        await asyncio.sleep(0.002)
+        return 0.5, {"feedback": "slow", "scores": {"part": 0.25}}
+    if kind == "invalid":
+        return "0.8", {"feedback": "a string score"}
+    if kind == "hang":
+        await asyncio.sleep(input.get("hang_s", 30))
+        return 1.0, {"feedback": "woke"}
+    raise AssertionError(kind)
+"""
+
+EXACT = """
+def score(input, output, expected=None):
+    want = expected["label"]
+    if output == want:
+        return 1.0, {"feedback": "Correct."}
+    return 0.0, {"feedback": f"Expected {want!r}, got {output!r}."}
+"""
+
+PROGRAM = """
+import time
+
+def run(artifact, input):
+    kind = input.get("program", "ok")
+    if kind == "raise":
+        raise RuntimeError("program failed")
+    if kind == "hang":
+        time.sleep(input.get("hang_s", 30))
+    return artifact + ":" + str(input.get("n"))
+"""
+
+
+def write(folder: Path, name: str, source: str) -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+def _calls(kinds: list[str], **extra: Any) -> list[Call]:
+    return [
+        Call(i, f"e{i}", ({"kind": kind, "n": i, **extra}, "a", {"label": "a"}), Observation())
+        for i, kind in enumerate(kinds)
+    ]
+
+
+def _release(fn: UserFunction) -> None:
+    sys.modules[fn.module_name].RELEASE.set()
+
+
+@pytest.fixture
+def metric(tmp_path: Path) -> UserFunction:
+    return load_metric(write(tmp_path, "metric.py", BEHAVIOURS))
+
+
+@pytest.fixture
+def async_metric(tmp_path: Path) -> UserFunction:
+    return load_metric(write(tmp_path, "ametric.py", ASYNC_BEHAVIOURS))
+
+
+class TestAsyncExecutor:
+    async def test_one_outcome_per_call_in_order(self, async_metric: UserFunction) -> None:
+        """Every call gets its own outcome, in order: ok, raised, invalid, slow."""
+        kinds = ["ok", "raise", "invalid", "slow", "ok"]
+        async with AsyncExecutor(async_metric, "score", timeout=5) as ex:
+            outcomes = await ex.submit(_calls(kinds))
+        assert [o.error.kind if o.error else "ok" for o in outcomes] == [
+            "ok",
+            "metric_error",
+            "invalid_return",
+            "ok",
+            "ok",
+        ]
+        assert "boom 1" in outcomes[1].error.message  # type: ignore[union-attr]
+        assert outcomes[3].value.scores == {"part": 0.25}
+
+    async def test_timeout_cancels_the_call(self, async_metric: UserFunction) -> None:
+        """A hung coroutine gets metric_timeout at the timeout (tolerance 0.2-1.5 s)."""
+        async with AsyncExecutor(async_metric, "score", timeout=0.2) as ex:
+            started = time.perf_counter()
+            outcomes = await ex.submit(_calls(["hang", "ok"]))
+            elapsed = time.perf_counter() - started
+            assert ex.statistics().timeouts == 1
+        assert outcomes[0].error is not None and outcomes[0].error.kind == "metric_timeout"
+        assert "0.2 s timeout" in outcomes[0].error.message
+        assert outcomes[1].error is None
+        assert 0.2 <= elapsed < 1.5
+
+
+class TestThreadExecutor:
+    async def test_calls_run_off_the_loop_thread(self, tmp_path: Path) -> None:
+        """Sync calls run on the pool's threads, never on the event loop's thread."""
+        fn = load_metric(
+            write(
+                tmp_path,
+                "where.py",
+                "import threading\n"
+                "def score(i, o, e=None):\n"
+                "    return 1.0, {'feedback': threading.current_thread().name}\n",
+            )
+        )
+        async with ThreadExecutor(fn, "score", timeout=5, workers=3) as ex:
+            outcomes = await ex.submit(_calls(["ok"] * 20))
+        names = {o.value.feedback for o in outcomes}
+        assert threading.current_thread().name not in names
+        assert all(name.startswith("skynet-thread-score") for name in names)
+
+    async def test_hung_call_is_abandoned_and_replaced(self, metric: UserFunction) -> None:
+        """A hung call gets metric_timeout at the timeout, its thread is retired and counted,
+        the other calls finish, and the pool goes on with a fresh thread (tolerance 1 s)."""
+        kinds = ["hang", "ok", "slow", "ok", "ok", "ok"]
+        try:
+            async with ThreadExecutor(metric, "score", timeout=0.3, workers=2) as ex:
+                started = time.perf_counter()
+                outcomes = await ex.submit(_calls(kinds))
+                elapsed = time.perf_counter() - started
+                stats = ex.statistics()
+                again = await ex.submit(_calls(["ok", "ok"]))
+                hung = [t for t in ex.threads() if t.name in {w.name for w in ex._abandoned}]
+            assert [o.error.kind if o.error else "ok" for o in outcomes] == [
+                "metric_timeout",
+                "ok",
+                "ok",
+                "ok",
+                "ok",
+                "ok",
+            ]
+            assert "its thread was abandoned" in outcomes[0].error.message  # type: ignore[union-attr]
+            assert 0.3 <= elapsed < 1.3
+            assert stats.abandoned_threads == 1 and stats.abandoned_alive == 1
+            assert all(o.error is None for o in again)
+            # Only the abandoned thread is left, and it is a daemon that cannot hold up exit.
+            assert len(hung) == 1 and hung[0].daemon
+            assert [t for t in ex.threads() if t not in hung] == []
+        finally:
+            _release(metric)
+        hung[0].join(5)
+        assert not hung[0].is_alive()
+
+    async def test_llm_calls_hop_to_the_loop(self, tmp_path: Path) -> None:
+        """skynet.llm in a pool thread is answered by the handler on the loop, per token."""
+        fn = load_metric(
+            write(
+                tmp_path,
+                "judge.py",
+                "from skynet import llm\n"
+                "def score(i, o, e=None):\n"
+                "    return 1.0, {'feedback': llm('judge', input=str(i['n']))}\n",
+            )
+        )
+        assert fn.uses_llm
+        seen: list[tuple[int, str, str | None]] = []
+
+        async def handler(
+            token: int, stage: str, instruction: str, input: str | None, options: dict[str, Any]
+        ) -> str:
+            seen.append((token, stage, input))
+            return f"reply {input}"
+
+        async with ThreadExecutor(fn, "score", timeout=5, workers=2, llm_handler=handler) as ex:
+            outcomes = await ex.submit(_calls(["ok"] * 4))
+        assert [o.value.feedback for o in outcomes] == [f"reply {i}" for i in range(4)]
+        assert sorted(seen) == [(i, "score", str(i)) for i in range(4)]
+
+    async def test_cancelled_submit_stops_claiming(self, metric: UserFunction) -> None:
+        """Cancelling a submit returns at once and the rest of its batch never starts."""
+        import anyio
+
+        calls = _calls(["hang"] + ["slow"] * 200, hang_s=0.5)
+        try:
+            async with ThreadExecutor(metric, "score", timeout=5, workers=1) as ex:
+                with anyio.move_on_after(0.1):
+                    await ex.submit(calls)
+                _release(metric)
+            assert ex.statistics().calls < 50
+        finally:
+            _release(metric)
+
+
+class TestInlineExecutor:
+    async def test_batch_runs_on_one_dedicated_thread(self, metric: UserFunction) -> None:
+        """A batch runs on one thread that is not the loop's; errors stay per call."""
+        async with InlineExecutor(metric, "score", timeout=5) as ex:
+            outcomes = await ex.submit(_calls(["ok", "raise", "invalid", "ok"] * 50))
+            assert len(ex.threads()) == 1 and ex.threads()[0] is not threading.current_thread()
+        kinds = [o.error.kind if o.error else "ok" for o in outcomes]
+        assert kinds == ["ok", "metric_error", "invalid_return", "ok"] * 50
+        assert ex.threads() == []
+
+    async def test_hung_call_abandons_the_thread_and_the_batch_goes_on(
+        self, metric: UserFunction
+    ) -> None:
+        """A hung call in the inline thread times out; a fresh thread finishes the batch
+        (tolerance 1 s)."""
+        try:
+            async with InlineExecutor(metric, "score", timeout=0.3) as ex:
+                started = time.perf_counter()
+                outcomes = await ex.submit(_calls(["ok", "hang", "ok", "ok"]))
+                elapsed = time.perf_counter() - started
+                assert ex.statistics().abandoned_threads == 1
+            assert [o.error.kind if o.error else "ok" for o in outcomes] == [
+                "ok",
+                "metric_timeout",
+                "ok",
+                "ok",
+            ]
+            assert 0.3 <= elapsed < 1.3
+        finally:
+            _release(metric)

@@ -1,0 +1,91 @@
+"""The report, built incrementally from results."""
+
+from __future__ import annotations
+
+import random
+
+import msgspec
+import numpy as np
+import pytest
+
+from evaluator._report import Report, ReportBuilder, report_rows
+from evaluator._results import ErrorInfo, Observation, Result, Usage
+
+
+def _ok(score: float, ms: float, **kw: object) -> Result:
+    return Result(
+        example_id=0,
+        score=score,
+        observation=Observation(duration_ms=ms, queued_ms=ms / 4),
+        metric_ms=ms / 10,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+class TestReportBuilder:
+    def test_denominators_and_means(self) -> None:
+        """Errors count at the failure score in the overall mean and by kind; named
+        scores average over the ok examples that returned them."""
+        builder = ReportBuilder(failure_score=-1.0)
+        builder.add(_ok(1.0, 10, scores={"a": 1.0}))
+        builder.add(_ok(0.0, 20, scores={"a": 0.0, "b": 0.5}))
+        builder.add(Result(example_id=1, score=-1.0, error=ErrorInfo("metric_timeout", "t")))
+        builder.add(Result(example_id=2, score=-1.0, error=ErrorInfo("metric_error", "e")))
+        report = builder.build()
+        assert (report.n, report.ok) == (4, 2)
+        assert report.errors == {"metric_error": 1, "metric_timeout": 1}
+        assert report.mean_score == pytest.approx((1.0 + 0.0 - 1.0 - 1.0) / 4)
+        assert report.mean_score_ok == pytest.approx(0.5)
+        assert report.scores["a"].mean == 0.5 and report.scores["a"].count == 2
+        assert report.scores["b"].count == 1
+        assert report.program_cost_usd == 0.0 and report.program_cost_measured == 2
+
+    def test_percentiles_within_one_percent(self) -> None:
+        """Latency percentiles from the fixed-size histogram are within 1 % of exact."""
+        rng = random.Random(7)
+        values = [rng.lognormvariate(3, 1) for _ in range(20000)]
+        builder = ReportBuilder()
+        builder.add_many(_ok(1.0, v) for v in values)
+        lat = builder.build().program_latency
+        for q, got in ((50, lat.p50_ms), (95, lat.p95_ms), (99, lat.p99_ms)):
+            exact = float(np.percentile(values, q))
+            assert got == pytest.approx(exact, rel=0.01)
+        assert lat.count == 20000 and lat.max_ms == max(values)
+
+    def test_unmeasured_cost_is_none_with_a_count(self) -> None:
+        """One example without a known price makes the program cost None, counted."""
+        builder = ReportBuilder()
+        builder.add(_ok(1.0, 5))
+        builder.add(
+            Result(
+                example_id=1,
+                score=1.0,
+                observation=Observation(duration_ms=5, cost_usd=None, llm_calls=1),
+                judge=Usage(llm_calls=2, cost_usd=0.002, rate_limited=1),
+            )
+        )
+        report = builder.build()
+        assert report.program_cost_usd is None and report.program_cost_unmeasured == 1
+        assert report.judge_cost_usd == pytest.approx(0.002)
+        assert report.judge_llm_calls == 2 and report.rate_limited == 1
+
+    def test_score_only_has_no_program_cost(self) -> None:
+        """Without a program there is no program time or cost to report."""
+        builder = ReportBuilder()
+        builder.add(
+            Result(
+                example_id=0, score=1.0, observation=Observation(duration_ms=None, cost_usd=None)
+            )
+        )
+        report = builder.build()
+        assert report.program_cost_usd is None and report.program_latency.count == 0
+
+    def test_report_encodes_and_renders(self) -> None:
+        """The report round-trips through JSON and renders as labelled rows."""
+        builder = ReportBuilder()
+        builder.add(_ok(1.0, 3))
+        builder.add(Result(example_id=1, score=0.0, error=ErrorInfo("worker_crash", "c")))
+        report = builder.build()
+        assert msgspec.json.decode(msgspec.json.encode(report), type=Report) == report
+        labels = dict(report_rows(report))
+        assert labels["error: worker_crash"] == "1 of 2"
