@@ -24,10 +24,10 @@ from ._exceptions import (
     STEP_REWARD,
     STEP_RUNS,
     STEP_SIGNATURE,
-    ConfigError,
     ContractError,
 )
 from ._loader import UserFunction, load_metric
+from ._options import validate_timeout
 
 if TYPE_CHECKING:
     from ._pipeline import Evaluator
@@ -36,7 +36,6 @@ __all__ = ["CHECK_EXAMPLES", "STEP_PROGRAM", "CheckStep", "ContractReport", "che
 
 CHECK_EXAMPLES = 3
 STEP_PROGRAM = "Program runs"
-MAX_TIMEOUT = 600.0
 
 _RUN_KINDS = frozenset(
     {"metric_error", "metric_timeout", "worker_crash", "llm_error", "missing_output"}
@@ -62,17 +61,6 @@ class ContractReport(msgspec.Struct):
     @property
     def failed(self) -> CheckStep | None:
         return next((s for s in self.steps if not s.ok), None)
-
-
-def validate_timeout(timeout: float, name: str = "timeout") -> float:
-    """A metric (or program) timeout in seconds: positive and at most 600."""
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise ConfigError(f"`{name}` must be a number of seconds, got {timeout!r}")
-    if not 0 < timeout <= MAX_TIMEOUT:
-        raise ConfigError(
-            f"`{name}` must be more than 0 and at most {MAX_TIMEOUT:g} seconds, got {timeout:g}"
-        )
-    return float(timeout)
 
 
 def _step_from_error(exc: ContractError) -> CheckStep:

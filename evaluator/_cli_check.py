@@ -9,10 +9,11 @@ from pathlib import Path
 import anyio
 import msgspec
 
-from ._check import check_contract, validate_timeout
+from ._check import check_contract
 from ._cli_common import add_dataset_args, console, user_errors
 from ._dataset import load_examples
 from ._exceptions import ConfigError
+from ._options import validate_timeout
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -34,10 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run_check(args: argparse.Namespace) -> int:
-    try:
-        timeout = validate_timeout(args.timeout)
-    except ConfigError as exc:
-        raise ConfigError(str(exc).replace("`timeout`", "--timeout")) from None
+    timeout = validate_timeout(args.timeout, "--timeout")
     if not Path(args.metric).is_file():
         raise ConfigError(f"metric file {args.metric!r} does not exist")
     examples = load_examples(args.data, input_cols=args.input_cols, output_cols=args.output_cols)

@@ -11,10 +11,10 @@ from typing import Any
 import anyio
 import msgspec
 
-from ._check import validate_timeout
 from ._cli_common import add_dataset_args, console, user_errors
 from ._dataset import load_examples
 from ._exceptions import ConfigError
+from ._options import validate_timeout
 
 
 def _price(text: str) -> tuple[str, float, float]:

@@ -415,12 +415,12 @@ def _handle(
 def run_command(args: argparse.Namespace) -> int:
     from llm_client import ModelConfigError
 
-    from ._pipeline import MAX_TIMEOUT, _validate_timeout
+    from ._options import validate_timeout
 
     try:
-        _validate_timeout(args.timeout, "--timeout", upper=MAX_TIMEOUT)
+        validate_timeout(args.timeout, "--timeout")
         if args.program_timeout is not None:
-            _validate_timeout(args.program_timeout, "--program-timeout", upper=None)
+            validate_timeout(args.program_timeout, "--program-timeout", upper=None)
     except ConfigError as exc:
         raise ConfigError(str(exc).replace("`", "")) from None
     _check_positive(args.workers, "--workers")

@@ -7,7 +7,7 @@ from typing import Any
 
 from reward import Components, RewardSpec, combine, components, parse_spec
 
-from ._context import current
+from ._context import LLMBridge, current
 from ._exceptions import OutsideCallError
 from ._results import Observation
 
@@ -47,7 +47,8 @@ def llm(instruction: str, input: str | None = None, **options: Any) -> str:
             "skynet.llm() has no model to call: set --metric-model (or --reflection-model) "
             "for a metric, --model for a program, or pass models= to Evaluator"
         )
-    return ctx.llm.call(instruction, input, options)
+    bridge: LLMBridge = ctx.llm
+    return bridge.call(instruction, input, options)
 
 
 async def allm(instruction: str, input: str | None = None, **options: Any) -> str:
@@ -60,7 +61,8 @@ async def allm(instruction: str, input: str | None = None, **options: Any) -> st
             "skynet.allm() has no model to call: set --metric-model (or --reflection-model) "
             "for a metric, --model for a program, or pass models= to Evaluator"
         )
-    return await ctx.llm.acall(instruction, input, options)
+    bridge: LLMBridge = ctx.llm
+    return await bridge.acall(instruction, input, options)
 
 
 def _reason(obs: Observation, prefix: str, fallback: str) -> str:

@@ -41,12 +41,12 @@ from ._exceptions import ConfigError
 from ._loader import EXECUTIONS, UserFunction, load_metric, load_program
 from ._local import AsyncExecutor, InlineExecutor, ThreadExecutor
 from ._models import ModelRouter, Models, ModelStatistics
+from ._options import MAX_TIMEOUT, validate_count, validate_timeout
 from ._report import Report, ReportBuilder
 from ._results import ErrorInfo, Observation, Result, Usage
 
 __all__ = ["Evaluator", "EvaluatorStatistics"]
 
-MAX_TIMEOUT = 600.0
 #: Upper bound of a chunk: caps the memory held per chunk in flight.
 MAX_CHUNK = 4096
 #: The first chunk of an Evaluator that has measured nothing yet.
@@ -82,24 +82,6 @@ class EvaluatorStatistics(msgspec.Struct, frozen=True, kw_only=True):
     program: Any
     models: ModelStatistics
     abandoned_threads: int
-
-
-def _validate_timeout(value: Any, name: str, *, upper: float | None) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise ConfigError(f"`{name}` must be a number of seconds, got {value!r}")
-    if upper is not None and not 0 < value <= upper:
-        raise ConfigError(f"`{name}` must be between 0 and {upper:g} seconds, got {value:g}")
-    if upper is None and not (0 < value < math.inf):
-        raise ConfigError(f"`{name}` must be a positive number of seconds, got {value:g}")
-    return float(value)
-
-
-def _validate_count(value: Any, name: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"`{name}` must be a positive integer or None, got {value!r}")
-    return value
 
 
 def choose_execution(fn: UserFunction, override: str | None, *, option: str) -> str:
@@ -252,16 +234,16 @@ class Evaluator:
         max_calls_per_worker: int | None = None,
         memory_limit_mb: int | None = None,
     ) -> None:
-        self.timeout = _validate_timeout(timeout, "timeout", upper=MAX_TIMEOUT)
+        self.timeout = validate_timeout(timeout, "timeout", upper=MAX_TIMEOUT)
         self.program_timeout = (
             MAX_TIMEOUT
             if program_timeout is None
-            else _validate_timeout(program_timeout, "program_timeout", upper=None)
+            else validate_timeout(program_timeout, "program_timeout", upper=None)
         )
-        self.workers = _validate_count(workers, "workers")
-        self.concurrency = _validate_count(concurrency, "concurrency")
-        self.max_calls_per_worker = _validate_count(max_calls_per_worker, "max_calls_per_worker")
-        self.memory_limit_mb = _validate_count(memory_limit_mb, "memory_limit_mb")
+        self.workers = validate_count(workers, "workers")
+        self.concurrency = validate_count(concurrency, "concurrency")
+        self.max_calls_per_worker = validate_count(max_calls_per_worker, "max_calls_per_worker")
+        self.memory_limit_mb = validate_count(memory_limit_mb, "memory_limit_mb")
         if (
             isinstance(failure_score, bool)
             or not isinstance(failure_score, (int, float))

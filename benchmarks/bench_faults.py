@@ -1,0 +1,124 @@
+"""Fault-injection benchmark: 10,000 examples with about 20 % faults of every kind.
+
+    python benchmarks/bench_faults.py            # 10,000 examples (BENCH_PLAN)
+    python benchmarks/bench_faults.py --smoke    # CI: 200 examples (CI_PLAN), a few seconds
+
+The program and the metric run in worker processes; the metric raises, hangs past its
+timeout, calls os._exit, segfaults, exceeds the worker memory limit, returns each invalid
+shape of the contract and prints; the program raises and hangs; the judge (skynet.llm to
+simulators on 127.0.0.1) answers 429, 500, 503, times out, sends a malformed body and
+drops the connection. The fault of each example is a function of its id (see
+``tests/faults/faultmix.py``), so every result is checked against its expected kind.
+
+Prints: wall time of the fault-free and the faulty run, results, counts by kind (expected
+and got), anything lost or mislabelled, and what was left behind. Exit 1 on any problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "faults"))
+
+from faultmix import (  # noqa: E402
+    BENCH_PLAN,
+    CI_PLAN,
+    MEMORY_LIMIT_MB,
+    JudgeFaults,
+    Leaks,
+    check_results,
+    expected_counts,
+    make_rows,
+    schedule,
+    write_files,
+)
+
+from evaluator._pipeline import Evaluator  # noqa: E402
+from evaluator._report import ReportBuilder  # noqa: E402
+from evaluator._results import ERROR_KINDS, Result  # noqa: E402
+
+
+async def bench(n: int, smoke: bool, workers: int, timeout: float) -> int:
+    plan = CI_PLAN if smoke else BENCH_PLAN
+    rows = make_rows(n, schedule(plan))
+    leaks = Leaks().before()
+    with TemporaryDirectory() as folder:
+        program, metric = write_files(Path(folder))
+        async with (
+            JudgeFaults() as judge,
+            Evaluator(
+                metric,
+                program,
+                timeout=timeout,
+                program_timeout=timeout,
+                workers=workers,
+                execution="process",
+                program_execution="process",
+                models=judge.models(),
+                memory_limit_mb=MEMORY_LIMIT_MB,
+            ) as ev,
+        ):
+            started = time.perf_counter()
+            clean = await ev.evaluate_many({"faults": False, "hang_s": 60.0}, rows)
+            clean_s = time.perf_counter() - started
+            results: list[Result] = []
+            builder = ReportBuilder(failure_score=ev.failure_score)
+            started = time.perf_counter()
+            async with ev.stream({"faults": True, "hang_s": 60.0}, rows) as stream:
+                async for batch in stream.batches():
+                    results += batch
+                    builder.add_many(batch)
+            faulty_s = time.perf_counter() - started
+            stats = ev.statistics()
+        report = builder.build()
+        problems = check_results(rows, results, clean)
+        left = await leaks.after()
+
+    want = expected_counts(rows)
+    got = Counter(r.error.kind if r.error else "ok" for r in results)
+    print(f"examples            {n:,}  (plan {'CI' if smoke else 'BENCH'}, {workers} workers, "
+          f"timeout {timeout:g} s, memory limit {MEMORY_LIMIT_MB} MB)")  # fmt: skip
+    print(f"fault-free run      {clean_s:8.2f} s  ({n / clean_s:,.0f} examples/s)")
+    print(f"faulty run          {faulty_s:8.2f} s  ({n / faulty_s:,.0f} examples/s)")
+    print(f"results             {len(results):,} for {n:,} examples "
+          f"({len({r.example_id for r in results}):,} distinct ids)")  # fmt: skip
+    print("counts by kind      expected    got    report")
+    for kind in ("ok", *ERROR_KINDS):
+        if want.get(kind) or got.get(kind):
+            in_report = report.ok if kind == "ok" else report.errors.get(kind, 0)
+            print(f"  {kind:17} {want.get(kind, 0):8,} {got.get(kind, 0):6,} {in_report:9,}")
+    m, p = stats.metric, stats.program
+    print(f"metric workers      crashes {m.crashes}, timeouts {m.timeouts}, restarts "
+          f"{m.restarts}, requeued {m.calls_requeued}")  # fmt: skip
+    print(f"program workers     crashes {p.crashes}, timeouts {p.timeouts}, restarts "
+          f"{p.restarts}")  # fmt: skip
+    print(f"judge calls         {stats.models.judge_calls:,} ok, {stats.models.failed_calls:,} "
+          f"failed; routed {dict(judge.routed)}")  # fmt: skip
+    print(f"lost or mislabelled {len(problems)}")
+    for line in problems[:20]:
+        print(f"  {line}")
+    print(f"left behind         {left or 'nothing'}")
+    return 1 if problems or left or report.n != n else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="200 examples, for CI")
+    parser.add_argument("-n", type=int, help="examples (default 10,000; 200 with --smoke)")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes per stage")
+    parser.add_argument("--timeout", type=float, default=1.0, help="metric/program timeout, s")
+    args = parser.parse_args()
+    n = args.n or (200 if args.smoke else 10_000)
+    return asyncio.run(bench(n, args.smoke, args.workers, args.timeout))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
