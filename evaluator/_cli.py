@@ -42,7 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error already printed: a code, not a raise
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     try:
         code: int = args.handler(args)
     except KeyboardInterrupt:

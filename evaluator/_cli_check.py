@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import anyio
 import msgspec
 
 from ._check import check_contract
-from ._cli_common import add_dataset_args, console, user_errors
+from ._cli_common import add_dataset_args, console, reserved_stdout, user_errors
 from ._dataset import load_examples
 from ._exceptions import ConfigError
 from ._options import validate_timeout
@@ -39,10 +38,11 @@ def run_check(args: argparse.Namespace) -> int:
     if not Path(args.metric).is_file():
         raise ConfigError(f"metric file {args.metric!r} does not exist")
     examples = load_examples(args.data, input_cols=args.input_cols, output_cols=args.output_cols)
-    report = anyio.run(lambda: check_contract(args.metric, examples, timeout=timeout))
-    if args.json:
-        sys.stdout.write(msgspec.json.encode(report).decode() + "\n")
-        return 0 if report.ok else 1
+    with reserved_stdout(args.json) as stream:
+        report = anyio.run(lambda: check_contract(args.metric, examples, timeout=timeout))
+        if args.json:
+            stream.write(msgspec.json.encode(report).decode() + "\n")
+            return 0 if report.ok else 1
     out = console()
     for step in report.steps:
         mark = "[green]✓[/green]" if step.ok else "[red]✗[/red]"

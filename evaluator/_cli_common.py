@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, redirect_stdout
+from typing import Any, TextIO
 
 from ._exceptions import EvaluationError
 
@@ -40,19 +42,72 @@ def add_dataset_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+@contextmanager
+def reserved_stdout(reserve: bool = True) -> Iterator[TextIO]:
+    """Keep standard output for the engine's own JSON: while inside, everything else
+    written to fd 1 (user code printing, in this process or a worker process started
+    here) goes to standard error. Yields a stream on the real standard output."""
+    if not reserve:
+        yield sys.stdout
+        return
+    original = sys.stdout
+    original.flush()
+    try:
+        on_fd1 = original.fileno() == 1
+    except (AttributeError, OSError, ValueError):  # replaced by a capture or a StringIO
+        on_fd1 = False
+    saved = os.dup(1)
+    real: TextIO = os.fdopen(saved, "w", encoding="utf-8", closefd=False) if on_fd1 else original
+    os.dup2(2, 1)
+    try:
+        with redirect_stdout(sys.stderr):
+            yield real
+    finally:
+        real.flush()
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        if on_fd1:
+            real.close()
+        os.close(saved)
+
+
 def user_errors(
     handler: Callable[[argparse.Namespace], int],
 ) -> Callable[[argparse.Namespace], int]:
     """Turn a user's mistake (a bad file, option or row) into one clear line and exit 2."""
 
     def wrapped(args: argparse.Namespace) -> int:
+        from llm_client import ModelConfigError
+
+        user = (
+            EvaluationError,
+            ModelConfigError,
+            FileNotFoundError,
+            IsADirectoryError,
+            PermissionError,
+        )
         try:
             return handler(args)
-        except (EvaluationError, FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        except BaseExceptionGroup as group:
+            # A user's mistake met inside a task group arrives wrapped; unwrap it when it is
+            # the only cause, so it still reads as one line.
+            leaves = _leaves(group)
+            if len(leaves) != 1 or not isinstance(leaves[0], user):
+                raise
+            print(f"skynet-eval {args.command}: error: {leaves[0]}", file=sys.stderr)
+            return 2
+        except user as exc:
             print(f"skynet-eval {args.command}: error: {exc}", file=sys.stderr)
             return 2
 
     return wrapped
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
 
 
 def console(stderr: bool = False, *, wide: bool = False) -> Any:

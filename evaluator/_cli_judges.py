@@ -105,6 +105,8 @@ def run_judges(args: argparse.Namespace) -> int:
     unknown = sorted(set(prices) - set(models))
     if unknown:
         raise ConfigError(f"--price names model(s) {unknown} that are not in --models")
+    if args.reference is not None and args.reference not in models:
+        raise ConfigError(f"--reference {args.reference!r} is not one of --models {models}")
     reference = args.reference or (None if args.labels else models[0])
     examples = list(
         load_examples(args.data, input_cols=args.input_cols, output_cols=args.output_cols)
@@ -122,6 +124,10 @@ def run_judges(args: argparse.Namespace) -> int:
             )
         except msgspec.MsgspecError as exc:
             raise ConfigError(f"--simulator {args.simulator}: {exc}") from None
+
+    if sim_config is None:
+        # A missing key is a usage error now, not one failed row per model later.
+        ModelConfig(model=models[0], base_url=args.base_url, api_key_env=args.api_key_env).api_key()
 
     async def main() -> Any:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn

@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from ._cli_common import add_dataset_args, console, user_errors
+from ._cli_common import add_dataset_args, console, reserved_stdout, user_errors
 from ._dataset import Example, load_examples
 from ._exceptions import ConfigError, ContractError
 from ._models import Models
@@ -291,8 +291,9 @@ async def _check(
 
 def _print_report(report: Report, args: argparse.Namespace, out: Any, *, interrupted: bool) -> None:
     if args.json:
-        sys.stdout.write(msgspec.json.encode(report).decode() + "\n")
-        sys.stdout.flush()
+        stream = getattr(args, "json_stream", None) or sys.stdout
+        stream.write(msgspec.json.encode(report).decode() + "\n")
+        stream.flush()
         return
     from rich.table import Table
 
@@ -435,11 +436,16 @@ def run_command(args: argparse.Namespace) -> int:
     artifact = load_artifact(args)
     try:
         models = build_models(args)
+        for config in (models.program, models.metric, models.reflection) if models else ():
+            if config is not None:
+                config.api_key()  # a missing key is a usage error now, not a failed run later
     except ModelConfigError as exc:
         raise ConfigError(str(exc)) from None
     prepared = _prepare(args)
     try:
-        return _run(_main(args, artifact, models, prepared))
+        with reserved_stdout(args.json) as stream:
+            args.json_stream = stream
+            return _run(_main(args, artifact, models, prepared))
     except ContractError as exc:
         print(f"skynet-eval run: contract check failed: {exc}", file=sys.stderr)
         return 1

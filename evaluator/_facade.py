@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from reward import Components, RewardSpec, combine, components, parse_spec
 
 from ._context import LLMBridge, current
@@ -22,8 +24,9 @@ def _observation(name: str) -> Observation:
 
 
 def observation() -> Observation:
-    """The current example's measurements, read-only (a frozen copy)."""
-    return _observation("observation")
+    """The current example's measurements, read-only: a frozen copy of its own, so that
+    even ``msgspec.structs.force_setattr`` on it cannot reach what the engine recorded."""
+    return msgspec.structs.replace(_observation("observation"))
 
 
 def service_cost() -> float | None:

@@ -235,8 +235,10 @@ class EvaluatorAdapter:
             if result.error is not None:
                 if self.failure_score is not None:
                     score = self.failure_score
-                if result.error.message not in feedback:
-                    feedback = f"{feedback}\n{result.error.message}".strip()
+                message = _scrub_expected(result.error.message, example.expected)
+                feedback = _scrub_expected(feedback, example.expected)
+                if message not in feedback:
+                    feedback = f"{feedback}\n{message}".strip()
             outputs.append(result.output)
             scores.append(score)
             objectives.append(dict(result.scores))
@@ -258,6 +260,35 @@ class EvaluatorAdapter:
             trajectories=trajectories if capture_traces else None,
             objective_scores=_objective_scores(objectives, scores, results),
         )
+
+
+def _expected_leaves(value: Any) -> Iterator[str]:
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _expected_leaves(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _expected_leaves(item)
+    elif isinstance(value, str):
+        yield value
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        yield repr(value)
+
+
+def _scrub_expected(text: str, expected: Any) -> str:
+    """An engine error message with the example's expected values masked.
+
+    The metric's own feedback is the user's text, but an error message is the engine's:
+    a traceback's ``KeyError: 'billing'`` or ``the score is a str ('billing')`` would
+    otherwise hand the expected value to the reflection model. Values shorter than two
+    characters are left alone, since masking them would garble every message.
+    """
+    if not expected:
+        return text
+    leaves = sorted({v for v in _expected_leaves(expected) if len(v) >= 2}, key=len, reverse=True)
+    for leaf in leaves:
+        text = text.replace(repr(leaf), "<expected>").replace(leaf, "<expected>")
+    return text
 
 
 async def _awaited(fn: Callable[..., Awaitable[T]], *args: Any) -> T:

@@ -182,7 +182,8 @@ class TestCheckCommand:
         assert "nope.py" in err and "no.jsonl" in err and "Traceback" not in err
 
     def test_bad_flag(self, capsys: pytest.CaptureFixture[str]) -> None:
-        """An unknown flag exits 2."""
-        with pytest.raises(SystemExit) as info:
-            main(["check", "--bogus"])
-        assert info.value.code == 2
+        """An unknown flag is a usage error: main returns 2 and says which flag."""
+        assert (
+            main(["check", str(METRICS / "exact_match.py"), "--data", str(LABELS), "--bogus"]) == 2
+        )
+        assert "--bogus" in capsys.readouterr().err
