@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, redirect_stdout
 from typing import Any, TextIO
 
-from ._exceptions import EvaluationError
+from ._exceptions import ConfigError, EvaluationError
 
 __all__ = ["add_dataset_args", "columns", "user_errors"]
 
@@ -69,6 +69,31 @@ def reserved_stdout(reserve: bool = True) -> Iterator[TextIO]:
         if on_fd1:
             real.close()
         os.close(saved)
+
+
+def load_simulator_config(path: str) -> Any:
+    """The ``--simulator`` file: a JSON ``llm_client.SimulatorConfig``."""
+    from pathlib import Path
+
+    import msgspec
+
+    from llm_client import SimulatorConfig
+
+    if not Path(path).is_file():
+        raise ConfigError(f"--simulator {path!r} does not exist")
+    try:
+        return msgspec.json.decode(Path(path).read_bytes(), type=SimulatorConfig)
+    except (msgspec.MsgspecError, ValueError) as exc:
+        raise ConfigError(f"--simulator {path}: {exc}") from None
+
+
+def add_simulator_arg(parser: Any) -> None:
+    parser.add_argument(
+        "--simulator",
+        metavar="CONFIG",
+        help="serve every model from a local simulator on 127.0.0.1 (a JSON SimulatorConfig); "
+        "no key, no network",
+    )
 
 
 def user_errors(

@@ -11,7 +11,13 @@ from typing import Any
 import anyio
 import msgspec
 
-from ._cli_common import add_dataset_args, console, user_errors
+from ._cli_common import (
+    add_dataset_args,
+    add_simulator_arg,
+    console,
+    load_simulator_config,
+    user_errors,
+)
 from ._dataset import load_examples
 from ._exceptions import ConfigError
 from ._options import validate_timeout
@@ -69,11 +75,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="price override in USD per million input,output tokens (repeatable)",
     )
     parser.add_argument("--timeout", type=float, default=60.0, help="metric timeout in seconds")
-    parser.add_argument(
-        "--simulator",
-        metavar="CONFIG",
-        help="serve the models from a local simulator (JSON config)",
-    )
+    add_simulator_arg(parser)
     parser.add_argument("--output", metavar="FILE", help="write the report as JSON")
     parser.add_argument(
         "--plot", metavar="FILE.png", help="draw cost per 1,000 examples against agreement"
@@ -112,19 +114,7 @@ def run_judges(args: argparse.Namespace) -> int:
         load_examples(args.data, input_cols=args.input_cols, output_cols=args.output_cols)
     )
     artifact = _artifact(args.artifact)
-    sim_config = None
-    if args.simulator:
-        if not Path(args.simulator).is_file():
-            raise ConfigError(f"--simulator {args.simulator!r} does not exist")
-        from llm_client import SimulatorConfig
-
-        try:
-            sim_config = msgspec.json.decode(
-                Path(args.simulator).read_bytes(), type=SimulatorConfig
-            )
-        except msgspec.MsgspecError as exc:
-            raise ConfigError(f"--simulator {args.simulator}: {exc}") from None
-
+    sim_config = load_simulator_config(args.simulator) if args.simulator else None
     if sim_config is None:
         # A missing key is a usage error now, not one failed row per model later.
         ModelConfig(model=models[0], base_url=args.base_url, api_key_env=args.api_key_env).api_key()

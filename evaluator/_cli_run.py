@@ -15,12 +15,20 @@ import json
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from ._cli_common import add_dataset_args, console, reserved_stdout, user_errors
+from ._cli_common import (
+    add_dataset_args,
+    add_simulator_arg,
+    console,
+    load_simulator_config,
+    reserved_stdout,
+    user_errors,
+)
 from ._dataset import Example, load_examples
 from ._exceptions import ConfigError, ContractError
 from ._models import Models
@@ -90,6 +98,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     models.add_argument("--tpm", type=float, help="tokens per minute per model")
     models.add_argument("--price-input", type=float, help="USD per 1M input tokens (override)")
     models.add_argument("--price-output", type=float, help="USD per 1M output tokens (override)")
+    add_simulator_arg(models)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(handler=user_errors(run_command))
 
@@ -136,6 +145,8 @@ def build_models(args: argparse.Namespace) -> Models | None:
                 )
         return None
     key_env = None if str(args.api_key_env).lower() == "none" else args.api_key_env
+    if args.simulator:
+        key_env = None  # the simulator takes no key; base URLs are set once it listens
     program_url = args.base_url
     reflection_url = args.reflection_base_url or program_url
     metric_url = args.metric_base_url or reflection_url
@@ -334,10 +345,41 @@ async def _main(
     models: Models | None,
     prepared: tuple[int, list[Example], set[Any], ReportBuilder],
 ) -> int:
-    from ._pipeline import Evaluator
 
     out = console()
     total, first, done, builder = prepared
+    async with AsyncExitStack() as stack:
+        if args.simulator_config is not None and models is not None:
+            from llm_client import Simulator
+
+            sim = await stack.enter_async_context(Simulator(args.simulator_config))
+            models = _served_by(models, sim.base_url)
+        return await _evaluate(args, artifact, models, out, total, first, done, builder)
+
+
+def _served_by(models: Models, base_url: str) -> Models:
+    """Every configured model, pointed at the simulator."""
+
+    def move(config: Any) -> Any:
+        return None if config is None else msgspec.structs.replace(config, base_url=base_url)
+
+    return Models(
+        program=move(models.program), metric=move(models.metric), reflection=move(models.reflection)
+    )
+
+
+async def _evaluate(
+    args: argparse.Namespace,
+    artifact: Any,
+    models: Models | None,
+    out: Any,
+    total: int,
+    first: list[Example],
+    done: set[Any],
+    builder: ReportBuilder,
+) -> int:
+    from ._pipeline import Evaluator
+
     async with Evaluator(
         args.metric,
         args.program,
@@ -439,6 +481,11 @@ def run_command(args: argparse.Namespace) -> int:
         for config in (models.program, models.metric, models.reflection) if models else ():
             if config is not None:
                 config.api_key()  # a missing key is a usage error now, not a failed run later
+        args.simulator_config = load_simulator_config(args.simulator) if args.simulator else None
+        if args.simulator and models is None:
+            raise ConfigError(
+                "--simulator serves models: add --model, --metric-model or --reflection-model"
+            )
     except ModelConfigError as exc:
         raise ConfigError(str(exc)) from None
     prepared = _prepare(args)
