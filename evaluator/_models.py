@@ -88,6 +88,11 @@ class Meter:
         elif self.cost_usd is not None:
             self.cost_usd += completion.cost_usd
 
+    def add_failure(self, error: BaseException) -> None:
+        """A call given up: no reply and no cost, but its retries and 429s still count."""
+        self.retries += int(getattr(error, "retries", 0))
+        self.rate_limited += int(getattr(error, "rate_limited", 0))
+
     def observation(self, duration_ms: float | None) -> Observation:
         """The program stage's observation of one example."""
         return Observation(
@@ -204,17 +209,20 @@ class ModelRouter:
                 {"role": "system", "content": instruction},
                 {"role": "user", "content": input},
             ]
-        try:
-            completion = await client.complete(messages=messages, **options)
-        except Exception:
-            self._failed += 1
-            raise
         meters = self.program_meters if stage == "run" else self.judge_meters
         meter = meters.get(token)
         if meter is None:
             meter = meters[token] = Meter()
+        total = self._totals["program" if stage == "run" else "score"]
+        try:
+            completion = await client.complete(messages=messages, **options)
+        except Exception as exc:
+            self._failed += 1
+            meter.add_failure(exc)
+            total.add_failure(exc)
+            raise
         meter.add(completion)
-        self._totals["program" if stage == "run" else "score"].add(completion)
+        total.add(completion)
         return str(completion.text)
 
     def statistics(self) -> ModelStatistics:

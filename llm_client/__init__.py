@@ -12,6 +12,7 @@ from ._exceptions import ModelConfigError as ModelConfigError
 from ._exceptions import RequestTooLargeError as RequestTooLargeError
 from ._governor import GovernorStatistics as GovernorStatistics
 from ._governor import RateGovernor as RateGovernor
+from ._http import HTTPTransport as HTTPTransport
 from ._retry import RetryDetails as RetryDetails
 from ._simulator import ModelSettings as ModelSettings
 from ._simulator import Simulator as Simulator
@@ -31,6 +32,7 @@ __all__ = [
     "GovernorStatistics",
     "HTTPRequest",
     "HTTPResponse",
+    "HTTPTransport",
     "LLMError",
     "MockTransport",
     "ModelClient",

@@ -15,16 +15,17 @@ import msgspec
 from ._config import ModelConfig
 from ._exceptions import ClientClosedError, LLMError
 from ._governor import GovernorStatistics, Permit, RateGovernor, governor_for
+from ._http import HTTPTransport
 from ._pricing import Prices, resolve_prices
 from ._retry import NEVER_RETRY, RetryDetails, backoff, is_retryable_status, server_wait
-from ._transport import AiohttpTransport, HTTPRequest, HTTPResponse, Transport, TransportError
+from ._transport import HTTPRequest, HTTPResponse, Transport, TransportError
 from ._wire import (
     REQUEST_OPTIONS,
     ChatRequest,
     ChatResponse,
     ErrorDetail,
     error_decoder,
-    estimate_tokens,
+    message_text,
     request_encoder,
     response_decoder,
 )
@@ -120,6 +121,23 @@ def _error_detail(body: bytes) -> tuple[str, str | None]:
     return _short(body.decode("utf-8", "replace")), None
 
 
+def default_transport(config: ModelConfig) -> Transport:
+    """The lean HTTP/1.1 client for a plain-HTTP server reached directly (vLLM, llama.cpp,
+    Ollama, the simulator: where the client's CPU per call is what limits throughput);
+    aiohttp for HTTPS providers and whenever a proxy is configured, since it speaks TLS
+    and proxies the way their users expect."""
+    from urllib.parse import urlsplit
+    from urllib.request import getproxies, proxy_bypass
+
+    parts = urlsplit(config.base_url)
+    proxied = "http" in getproxies() and not proxy_bypass(parts.hostname or "")
+    if parts.scheme == "http" and not proxied:
+        return HTTPTransport(limit=config.max_concurrency)
+    from ._transport import AiohttpTransport
+
+    return AiohttpTransport(limit=config.max_concurrency)
+
+
 class ModelClient:
     """An async client for one model of an OpenAI-compatible endpoint.
 
@@ -128,7 +146,9 @@ class ModelClient:
     loop shares one :class:`~llm_client._governor.RateGovernor`, so concurrent
     evaluations share one rate budget.
 
-    ``transport`` replaces the aiohttp transport (a
+    ``transport`` replaces the default (see :func:`default_transport`:
+    :class:`~llm_client.HTTPTransport`, a lean HTTP/1.1 keep-alive client, for plain-HTTP
+    servers; :class:`~llm_client.AiohttpTransport` for HTTPS and proxies; a
     :class:`~llm_client.MockTransport` in unit tests); ``on_retry`` is called with a
     :class:`RetryDetails` before each retry; ``seed`` seeds the backoff jitter.
     """
@@ -144,7 +164,7 @@ class ModelClient:
         if not isinstance(config, ModelConfig):
             raise TypeError(f"`config` must be a ModelConfig, got {type(config).__name__}")
         self._config = config
-        self._transport: Transport = transport or AiohttpTransport(limit=config.max_concurrency)
+        self._transport: Transport = transport or default_transport(config)
         self._on_retry = on_retry
         self._rng = random.Random(seed)
         self._state: Literal["new", "open", "closed"] = "new"
@@ -222,31 +242,64 @@ class ModelClient:
     # -- the call ------------------------------------------------------------------------
 
     def _build(
-        self, messages: Sequence[Mapping[str, Any]], options: dict[str, Any]
+        self, messages: Sequence[Mapping[str, Any]], options: Mapping[str, Any]
     ) -> tuple[bytes, int]:
         cfg = self._config
-        extra_body = options.pop("extra_body", None)
-        unknown = sorted(set(options) - REQUEST_OPTIONS)
-        if unknown:
-            raise TypeError(
-                f"complete() got unknown option(s) {', '.join(map(repr, unknown))}; known: "
-                f"{', '.join(sorted(REQUEST_OPTIONS))}, extra_body"
-            )
-        if not isinstance(messages, Sequence) or isinstance(messages, str) or not messages:
+        if type(messages) is not list and (
+            not isinstance(messages, Sequence) or isinstance(messages, str)
+        ):
+            messages = ()  # refused just below, with the same message as an empty list
+        if not messages:
             raise TypeError(
                 "`messages` must be a non-empty list of {'role': ..., 'content': ...} dicts"
             )
+        # msgspec encodes dicts only: copy other mappings; a list of dicts goes as it is
+        # (the encoder reads it, nothing keeps it).
+        plain: list[dict[str, Any]] = []
+        total = 3  # the token estimate of _wire.estimate_tokens, inlined for the hot path
         for i, message in enumerate(messages):
-            if not isinstance(message, Mapping) or "role" not in message:
+            if type(message) is not dict:
+                if not isinstance(message, Mapping) or "role" not in message:
+                    raise TypeError(
+                        f"`messages[{i}]` must be a dict with 'role' and 'content', got {message!r}"
+                    )
+                message = dict(message)
+            elif "role" not in message:
                 raise TypeError(
                     f"`messages[{i}]` must be a dict with 'role' and 'content', got {message!r}"
                 )
+            plain.append(message)
+            content = message.get("content")
+            text = content if type(content) is str else message_text(content)
+            total += 4 + (len(text) + 3) // 4
+        if not options:
+            # The common call: no options, only the config's defaults.
+            try:
+                body = request_encoder.encode(
+                    ChatRequest(
+                        model=cfg.model,
+                        messages=plain,
+                        max_tokens=cfg.max_tokens,
+                        temperature=cfg.temperature,
+                    )
+                )
+            except (TypeError, msgspec.EncodeError) as exc:
+                raise TypeError(f"complete(): could not encode the request: {exc}") from None
+            return body, total + (cfg.max_tokens or DEFAULT_COMPLETION_RESERVE)
+        options = dict(options)
+        extra_body = options.pop("extra_body", None)
+        unknown = sorted(name for name in options if name not in REQUEST_OPTIONS)
+        if unknown:
+            raise TypeError(
+                f"complete() got unknown option(s) {', '.join(map(repr, unknown))}; "
+                f"known: {', '.join(sorted(REQUEST_OPTIONS))}, extra_body"
+            )
         if "max_tokens" not in options and cfg.max_tokens is not None:
             options["max_tokens"] = cfg.max_tokens
         if "temperature" not in options and cfg.temperature is not None:
             options["temperature"] = cfg.temperature
         try:
-            request = ChatRequest(model=cfg.model, messages=[dict(m) for m in messages], **options)
+            request = ChatRequest(model=cfg.model, messages=plain, **options)
             body = request_encoder.encode(request)
         except (TypeError, msgspec.EncodeError) as exc:
             raise TypeError(f"complete(): could not encode the request: {exc}") from None
@@ -255,7 +308,7 @@ class ModelClient:
             merged.update(extra_body)
             body = request_encoder.encode(merged)
         limit = options.get("max_completion_tokens") or options.get("max_tokens")
-        reserve = estimate_tokens(messages) + (int(limit) if limit else DEFAULT_COMPLETION_RESERVE)
+        reserve = total + (int(limit) if limit else DEFAULT_COMPLETION_RESERVE)
         return body, reserve
 
     async def complete(self, messages: Sequence[Mapping[str, Any]], **options: Any) -> Completion:
@@ -270,7 +323,7 @@ class ModelClient:
                 "client:`" + (" (this one is closed)" if self._state == "closed" else ""),
                 model=self._config.model,
             )
-        body, reserve = self._build(messages, dict(options))
+        body, reserve = self._build(messages, options)
         request = HTTPRequest("POST", self._config.endpoint, self._headers, body)
         deadline = self._config.deadline
         if deadline is None:
@@ -285,12 +338,15 @@ class ModelClient:
             if not scope.expired():
                 raise
             last = f"; last error: {state.last_message}" if state.last_message else ""
+            cfg = self._config
             raise LLMError(
-                f"gave up at the deadline of {deadline:g} s after {state.attempts} attempt(s)"
-                f"{last}",
+                f"model {cfg.model!r} at {cfg.base_url}: gave up at the deadline of "
+                f"{deadline:g} s after {state.attempts} attempt(s){last}",
                 status=state.last_status,
-                model=self._config.model,
+                model=cfg.model,
                 attempts=state.attempts,
+                retries=state.retries,
+                rate_limited=state.rate_limited,
             ) from None
 
     async def _call(
@@ -365,9 +421,11 @@ class ModelClient:
                 if not decoded.choices:
                     raise msgspec.ValidationError("`choices` is empty")
             except msgspec.DecodeError as exc:
-                snippet = _short(response.body.decode("utf-8", "replace"), 120)
+                # A proxy or error page may echo the request's headers: redact the key.
+                snippet = _redact(_short(response.body.decode("utf-8", "replace"), 120), self._key)
+                detail = _redact(str(exc), self._key)
                 return _Failure(
-                    "malformed", f"malformed response body ({exc}): {snippet!r}", status=200
+                    "malformed", f"malformed response body ({detail}): {snippet!r}", status=200
                 ), None
             usage = decoded.usage
             if usage is not None:
@@ -405,6 +463,8 @@ class ModelClient:
             model=cfg.model,
             code=failure.code,
             attempts=state.attempts,
+            retries=state.retries,
+            rate_limited=state.rate_limited,
         )
 
     def _completion(self, decoded: _Decoded, state: _CallState, started: float) -> Completion:

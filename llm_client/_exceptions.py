@@ -20,7 +20,8 @@ class LLMError(Exception):
     ``status`` is the last HTTP status seen (None when no response came: a connect error,
     a timeout, a refused request); ``code`` the provider's error code or type when it sent
     one (``"insufficient_quota"``, ``"rate_limit_exceeded"``); ``attempts`` how many HTTP
-    attempts were made.
+    attempts were made, ``retries`` how many of them were retries and ``rate_limited`` how
+    many were answered 429, so that a call that failed still counts in the statistics.
     """
 
     def __init__(
@@ -31,12 +32,16 @@ class LLMError(Exception):
         model: str | None = None,
         code: str | None = None,
         attempts: int = 0,
+        retries: int = 0,
+        rate_limited: int = 0,
     ) -> None:
         self.status = status
         self.model = model
         self.message = message
         self.code = code
         self.attempts = attempts
+        self.retries = retries
+        self.rate_limited = rate_limited
         super().__init__(message if status is None else f"HTTP {status}: {message}")
 
 

@@ -206,8 +206,12 @@ class RateGovernor:
                 f"but the whole budget is {self._tpm:g} tokens per minute; shorten the "
                 "prompt, lower max_tokens or raise tpm"
             )
-        loop = asyncio.get_running_loop()
         now = self._clock()
+        if not self._heap and self._in_flight < self._max_concurrency and self._admits(now):
+            # Nobody queued and the budgets allow it: admit at once, without a future.
+            self._admit(tokens)
+            return Permit(tokens, 0.0)
+        loop = asyncio.get_running_loop()
         waiter = _Waiter(next(self._seq) if seq is None else seq, tokens, loop.create_future(), now)
         heapq.heappush(self._heap, waiter)
         self._waiting += 1
@@ -296,15 +300,33 @@ class RateGovernor:
                 self._arm(now, wait)
                 return
             heapq.heappop(heap)
-            if requests is not None:
-                requests.level -= 1.0
-            if tokens is not None:
-                tokens.level -= head.tokens
-            self._in_flight += 1
+            self._admit(head.tokens)
             self._waiting -= 1
-            self._tokens_reserved += head.tokens
-            self._requests_sent += 1
             head.future.set_result(now)
+
+    def _admits(self, now: float) -> bool:
+        """Whether one more request may start now (the budgets and the pause; not FIFO)."""
+        if self._paused_until > now:
+            return False
+        requests, tokens = self._requests, self._tokens
+        if requests is not None:
+            requests.refill(now)
+            if requests.wait(1.0, now) > 0:
+                return False
+        if tokens is not None:
+            tokens.refill(now)
+            if tokens.wait(0.0, now) > 0:
+                return False
+        return True
+
+    def _admit(self, tokens: int) -> None:
+        if self._requests is not None:
+            self._requests.level -= 1.0
+        if self._tokens is not None:
+            self._tokens.level -= tokens
+        self._in_flight += 1
+        self._tokens_reserved += tokens
+        self._requests_sent += 1
 
     def _arm(self, now: float, wait: float) -> None:
         # Timers fire with the loop's granularity (1 ms under uvloop), possibly a hair

@@ -180,6 +180,7 @@ _request_decoder = msgspec.json.Decoder(_SimRequest)
 _encoder = msgspec.json.Encoder()
 _ANSWER = re.compile(r"^\s*answer\s*:\s*(.*?)\s*$", re.IGNORECASE | re.MULTILINE)
 _EXPECTED = re.compile(r"^\s*expected\s*:\s*(.*?)\s*$", re.IGNORECASE | re.MULTILINE)
+_JSON_HEADERS = {"Content-Type": "application/json"}
 _JUDGE = re.compile(r"pass\s+or\s+fail", re.IGNORECASE)
 
 
@@ -269,6 +270,13 @@ class Simulator:
     def __init__(self, config: SimulatorConfig | None = None) -> None:
         self.config = config or SimulatorConfig()
         self._rng = random.Random(self.config.seed)
+        edge = 0.0
+        self._fault_edges: list[tuple[float, str]] = []
+        for kind in FAULT_KINDS:
+            rate = getattr(self.config, f"{kind}_rate")
+            edge += rate
+            if rate > 0:
+                self._fault_edges.append((edge, kind))
         self._runner: Any = None
         self._port = 0
         self._lock = threading.Lock()  # guards the arrival history read from other threads
@@ -460,11 +468,9 @@ class Simulator:
         return headers
 
     def _draw_fault(self) -> str | None:
-        cfg = self.config
+        # One draw per request whatever the rates, so a seed gives the same sequence.
         draw = self._rng.random()
-        edge = 0.0
-        for kind in FAULT_KINDS:
-            edge += getattr(cfg, f"{kind}_rate")
+        for edge, kind in self._fault_edges:
             if draw < edge:
                 return kind
         return None
@@ -657,7 +663,8 @@ class Simulator:
             ],
             "usage": usage,
         }
+        if cfg.rpm is None and cfg.tpm is None:
+            return web.Response(body=_encoder.encode(data), headers=_JSON_HEADERS)
         headers = self._limit_headers(asyncio.get_running_loop().time())
-        return web.Response(
-            body=_encoder.encode(data), content_type="application/json", headers=headers
-        )
+        headers["Content-Type"] = "application/json"
+        return web.Response(body=_encoder.encode(data), headers=headers)

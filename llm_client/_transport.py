@@ -131,7 +131,7 @@ class AiohttpTransport:
         self._session = aiohttp.ClientSession(
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=None),
-            trust_env=False,
+            trust_env=True,  # honour HTTPS_PROXY / NO_PROXY, as providers' users expect
             raise_for_status=False,
         )
 
