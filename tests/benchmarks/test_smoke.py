@@ -1,0 +1,28 @@
+"""Each benchmark runs end to end in its quick mode and prints its ratios (not timed)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.mark.parametrize(
+    "name", ["bench_cpu.py", "bench_faults.py", "bench_llm.py", "bench_pipeline.py"]
+)
+def test_benchmark_smoke(name: str) -> None:
+    """`python benchmarks/NAME --smoke` exits 0 and prints at least one ratio."""
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / name), "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    assert any(ch.isdigit() for ch in done.stdout)
