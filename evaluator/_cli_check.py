@@ -9,7 +9,7 @@ import anyio
 import msgspec
 
 from ._check import check_contract
-from ._cli_common import add_dataset_args, console, reserved_stdout, user_errors
+from ._cli_common import add_dataset_args, console, print_steps, reserved_stdout, user_errors
 from ._dataset import load_examples
 from ._exceptions import ConfigError
 from ._options import validate_timeout
@@ -44,12 +44,7 @@ def run_check(args: argparse.Namespace) -> int:
             stream.write(msgspec.json.encode(report).decode() + "\n")
             return 0 if report.ok else 1
     out = console()
-    for step in report.steps:
-        mark = "[green]✓[/green]" if step.ok else "[red]✗[/red]"
-        out.print(f"{mark} {step.name}")
-        if not step.ok:
-            where = f"example {step.example_id!r}: " if step.example_id is not None else ""
-            out.print(f"    {where}{step.message}", markup=False)
+    print_steps(report, out)
     if report.ok:
         out.print(f"[green]Contract check passed[/green] on {Path(args.metric)}.")
     else:

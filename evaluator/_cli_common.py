@@ -71,6 +71,16 @@ def reserved_stdout(reserve: bool = True) -> Iterator[TextIO]:
         os.close(saved)
 
 
+def print_steps(report: Any, out: Any) -> None:
+    """The contract check's steps, one line each; the reason under a failed one."""
+    for step in report.steps:
+        mark = "[green]✓[/green]" if step.ok else "[red]✗[/red]"
+        out.print(f"{mark} {step.name}")
+        if not step.ok:
+            where = f"example {step.example_id!r}: " if step.example_id is not None else ""
+            out.print(f"    {where}{step.message}", markup=False)
+
+
 def load_simulator_config(path: str) -> Any:
     """The ``--simulator`` file: a JSON ``llm_client.SimulatorConfig``."""
     from pathlib import Path

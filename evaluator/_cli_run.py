@@ -26,6 +26,7 @@ from ._cli_common import (
     add_simulator_arg,
     console,
     load_simulator_config,
+    print_steps,
     reserved_stdout,
     user_errors,
 )
@@ -287,12 +288,7 @@ async def _check(
         ev.metric, first, program=ev.program, artifact=artifact, timeout=ev.timeout, evaluator=ev
     )
     if not args.json:
-        for step in report.steps:
-            mark = "[green]✓[/green]" if step.ok else "[red]✗[/red]"
-            out.print(f"{mark} {step.name}")
-            if not step.ok:
-                where = f"example {step.example_id!r}: " if step.example_id is not None else ""
-                out.print(f"    {where}{step.message}", markup=False)
+        print_steps(report, out)
     else:
         failed = report.failed
         if failed is not None:

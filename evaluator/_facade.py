@@ -34,6 +34,21 @@ def service_cost() -> float | None:
     return _observation("service_cost").cost_usd
 
 
+def _bridge(name: str) -> LLMBridge:
+    """The current call's way to the engine's model client; clear errors when there is none."""
+    ctx = current()
+    if ctx is None:
+        raise OutsideCallError(name)
+    if ctx.llm is None:
+        raise RuntimeError(
+            f"skynet.{name}() has no model to call: set --metric-model (or "
+            "--reflection-model) for a metric, --model for a program, or pass models= to "
+            "Evaluator"
+        )
+    bridge: LLMBridge = ctx.llm
+    return bridge
+
+
 def llm(instruction: str, input: str | None = None, **options: Any) -> str:
     """Ask the model and return the reply text.
 
@@ -42,30 +57,12 @@ def llm(instruction: str, input: str | None = None, **options: Any) -> str:
     metric model (or the reflection model when none is set); from ``run`` to the program
     model. Rate limited, retried and metered by the engine.
     """
-    ctx = current()
-    if ctx is None:
-        raise OutsideCallError("llm")
-    if ctx.llm is None:
-        raise RuntimeError(
-            "skynet.llm() has no model to call: set --metric-model (or --reflection-model) "
-            "for a metric, --model for a program, or pass models= to Evaluator"
-        )
-    bridge: LLMBridge = ctx.llm
-    return bridge.call(instruction, input, options)
+    return _bridge("llm").call(instruction, input, options)
 
 
 async def allm(instruction: str, input: str | None = None, **options: Any) -> str:
     """The awaitable form of :func:`llm`, for ``async def`` metrics and programs."""
-    ctx = current()
-    if ctx is None:
-        raise OutsideCallError("allm")
-    if ctx.llm is None:
-        raise RuntimeError(
-            "skynet.allm() has no model to call: set --metric-model (or --reflection-model) "
-            "for a metric, --model for a program, or pass models= to Evaluator"
-        )
-    bridge: LLMBridge = ctx.llm
-    return await bridge.acall(instruction, input, options)
+    return await _bridge("allm").acall(instruction, input, options)
 
 
 def _reason(obs: Observation, prefix: str, fallback: str) -> str:
