@@ -28,6 +28,7 @@ from ._exceptions import (
 )
 from ._loader import UserFunction, load_metric
 from ._options import validate_timeout
+from ._results import Result
 
 if TYPE_CHECKING:
     from ._pipeline import Evaluator
@@ -103,13 +104,15 @@ async def check_contract(
     timeout: float = 60.0,
     evaluator: Evaluator | None = None,
     n: int = CHECK_EXAMPLES,
+    keep: list[Result] | None = None,
     **evaluator_options: Any,
 ) -> ContractReport:
     """Run the contract check on the first ``n`` examples (3 by default).
 
     ``examples`` may be ``Example`` objects or canonical row dicts. Pass an open
     ``evaluator`` to check through its executors (the CLI does, so the check's program
-    calls are measured like any other); otherwise one is opened for the check.
+    calls are measured like any other); otherwise one is opened for the check. Pass a
+    list as ``keep`` to receive the check's results, so that a run need not redo them.
     """
     timeout = validate_timeout(timeout)
     steps, fn = static_steps(metric)
@@ -130,6 +133,8 @@ async def check_contract(
             results = await own.evaluate_many(artifact, first)
     else:
         results = await evaluator.evaluate_many(artifact, first)
+    if keep is not None:
+        keep.extend(results)
     has_program = program is not None or (evaluator is not None and evaluator.program is not None)
     failed = _first_failure(results, _PROGRAM_KINDS)
     if has_program:

@@ -279,13 +279,25 @@ def _todo(args: argparse.Namespace, done: set[Any]) -> Iterator[Example]:
 
 
 async def _check(
-    ev: Any, args: argparse.Namespace, artifact: Any, first: list[Example], out: Any
+    ev: Any,
+    args: argparse.Namespace,
+    artifact: Any,
+    first: list[Example],
+    out: Any,
+    keep: list[Result],
 ) -> bool:
-    """The contract check on the first examples, through ``ev``; prints its steps."""
+    """The contract check on the first examples, through ``ev``; prints its steps. Its
+    results go to ``keep``: they are the run's own results for those examples."""
     from ._check import check_contract
 
     report = await check_contract(
-        ev.metric, first, program=ev.program, artifact=artifact, timeout=ev.timeout, evaluator=ev
+        ev.metric,
+        first,
+        program=ev.program,
+        artifact=artifact,
+        timeout=ev.timeout,
+        evaluator=ev,
+        keep=keep,
     )
     if not args.json:
         print_steps(report, out)
@@ -388,17 +400,24 @@ async def _evaluate(
         models=models,
     ) as ev:
         builder.failure_score = ev.failure_score
-        if not await _check(ev, args, artifact, first, out):
+        checked: list[Result] = []
+        if not await _check(ev, args, artifact, first, out, checked):
             out.print("[red]Contract check failed[/red]: the run did not start.")
             return 1
         builder.restart_clock()
+        # The check ran these examples end to end already: keep them rather than pay for
+        # their model calls twice (but never twice for an id --resume already has).
+        checked = [r for r in checked if r.example_id not in done]
+        done.update(r.example_id for r in checked)
         writer = ResultsWriter(args.output) if args.output else None
         live = sys.stderr.isatty() and not args.json
         interrupted = False
         with (
             writer if writer is not None else _nothing(),
-            _Progress(total, len(done), live=live) as progress,
+            _Progress(total, len(done) - len(checked), live=live) as progress,
         ):
+            if checked:
+                _handle(checked, writer, builder, progress, ev)
             stream = ev.stream(artifact, _todo(args, done))
             try:
                 async with stream:

@@ -196,3 +196,42 @@ class TestRewardMetric:
         for r in results(out):
             assert r["scores"]["speed"] == 0.0
             assert "not measured" in r["feedback"]
+
+
+class TestCheckResultsKept:
+    def test_check_examples_are_not_run_twice(self, tmp_path: Path) -> None:
+        """The contract check's three examples are the run's own results: each example's
+        metric runs once, and each id is in the results file once."""
+        calls = tmp_path / "calls.txt"
+        metric = tmp_path / "metric.py"
+        metric.write_text(
+            textwrap.dedent(f"""
+            EXECUTION = "inline"
+            def score(input, output, expected=None):
+                with open({str(calls)!r}, "a") as fh:
+                    fh.write(str(input["n"]) + "\\n")
+                return 1.0, {{"feedback": "ok"}}
+        """)
+        )
+        data = tmp_path / "d.jsonl"
+        data.write_text(
+            "".join(json.dumps({"id": i, "input": {"n": i}, "output": i}) + "\n" for i in range(7))
+        )
+        out = tmp_path / "r.jsonl"
+        assert (
+            main(
+                [
+                    "run",
+                    "--metric",
+                    str(metric),
+                    "--data",
+                    str(data),
+                    "--output",
+                    str(out),
+                    "--json",
+                ]
+            )
+            == 0
+        )
+        assert sorted(int(x) for x in calls.read_text().split()) == list(range(7))
+        assert sorted(r["example_id"] for r in results(out)) == list(range(7))
