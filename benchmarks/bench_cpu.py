@@ -175,7 +175,7 @@ async def engine(
     metric: Path, rows: list[Any], workers: int, warm_rows: int
 ) -> tuple[float, float, float, Any]:
     fn = load_function(metric, "score")
-    calls = [Call(i, i, row) for i, row in enumerate(rows)]
+    calls = [Call(i, i, *row) for i, row in enumerate(rows)]
     start = time.perf_counter()
     async with ProcessExecutor(fn, "score", timeout=60, workers=workers) as ex:
         await ex.submit(calls[:warm_rows])

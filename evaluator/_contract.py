@@ -81,6 +81,25 @@ def validate_return(value: Any, example_id: Any = None) -> Scored:
 
     Raises :class:`InvalidReturn` naming the step, the example and the fix.
     """
+    # The fast path, for the shape nearly every metric returns: (number, {"feedback": str}).
+    # Exact type checks only; anything else (subclasses, named scores, extra keys, NaN, a
+    # bool) takes the full validator below, which also words the errors. Every executor
+    # and the contract check go through here: there is no second copy of these rules.
+    if (type(value) is tuple or type(value) is list) and len(value) == 2:
+        raw_score, info = value
+        if type(info) is dict and len(info) == 1:
+            feedback = info.get("feedback")
+            if type(feedback) is str:
+                kind = type(raw_score)
+                if kind is float:
+                    if raw_score - raw_score == 0.0:  # false for NaN and infinities
+                        return Scored(raw_score, {}, feedback, {})
+                elif kind is int:
+                    return Scored(float(raw_score), {}, feedback, {})
+    return _validate_slow(value, example_id)
+
+
+def _validate_slow(value: Any, example_id: Any) -> Scored:
     if type(value) is not tuple and type(value) is not list:
         if isinstance(value, (tuple, list)):
             pass  # a subclass (a NamedTuple, say) is still a pair

@@ -24,8 +24,13 @@ __all__ = ["NO_OUTPUT", "Example", "examples_from_rows", "load_examples"]
 NO_OUTPUT: Any = msgspec.UNSET
 
 
-class Example(msgspec.Struct, frozen=True, kw_only=True):
-    """One dataset example; ``output`` is ``NO_OUTPUT`` unless the row carries one."""
+class Example(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """One dataset example; ``output`` is ``NO_OUTPUT`` unless the row carries one.
+
+    ``gc=False``: a dataset holds many of these and the cyclic collector rescanning them
+    all slows every run down; an example holds the row's data, built before it, so it
+    cannot be part of a reference cycle.
+    """
 
     id: Any
     input: dict[str, Any]

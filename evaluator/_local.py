@@ -35,14 +35,14 @@ from ._calls import (
     LLMHandler,
     LoopBridge,
     Outcome,
+    SyncInvoker,
     _clock,
-    _describe,
     _error_kind,
-    _finish,
+    invoke_async,
 )
-from ._context import CallContext, Stage, _current
+from ._context import Stage
 from ._loader import UserFunction
-from ._results import ErrorInfo, Scored
+from ._results import ErrorInfo
 
 __all__ = [
     "AsyncExecutor",
@@ -78,8 +78,64 @@ def timeout_error(stage: Stage, timeout: float, example_id: Any, how: str = "") 
     )
 
 
+#: A call past its timeout is cancelled again this often until it ends: a coroutine that
+#: catches the cancellation and awaits on cannot outlive its timeout by more than this.
+RECANCEL_S = 0.01
+
+
+class _CallTimeout:
+    """The timeout of one async call in the current task: ``asyncio.timeout``, level-
+    triggered (cancelled again every ``RECANCEL_S`` while the call goes on, as anyio's
+    cancel scopes do), at a fraction of an anyio cancel scope's cost per call.
+
+    ``expired`` tells whether the call broke its timeout, even when it swallowed the
+    cancellation and returned; on exit a cancellation of ours is absorbed, while one of
+    the caller's (the task was cancelled more times than we cancelled it) propagates.
+    """
+
+    __slots__ = ("_baseline", "_cancels", "_delay", "_handle", "_loop", "_task", "expired")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, delay: float) -> None:
+        self._loop = loop
+        self._delay = delay
+        task = asyncio.current_task(loop)
+        assert task is not None
+        self._task = task
+        self._cancels = 0
+        self._baseline = 0
+        self._handle: asyncio.TimerHandle | None = None
+        self.expired = False
+
+    def __enter__(self) -> _CallTimeout:
+        self._baseline = self._task.cancelling()
+        self._handle = self._loop.call_later(self._delay, self._fire)
+        return self
+
+    def _fire(self) -> None:
+        self.expired = True
+        self._cancels += 1
+        self._task.cancel()
+        self._handle = self._loop.call_later(RECANCEL_S, self._fire)
+
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> bool:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        if not self._cancels:
+            return False
+        remaining = 0
+        for _ in range(self._cancels):
+            remaining = self._task.uncancel()
+        # Ours alone: absorb it (the caller sees ``expired``). Any other: let it through.
+        return exc_type is asyncio.CancelledError and remaining <= self._baseline
+
+
 class AsyncExecutor:
-    """Awaits an ``async def`` user function on the loop, bounded and timed out per call."""
+    """Awaits an ``async def`` user function on the loop, bounded and timed out per call.
+
+    Plain asyncio primitives (a semaphore, a task group, a timer per call): an anyio
+    task group and cancel scope per call cost more than a cheap async metric.
+    """
 
     def __init__(
         self,
@@ -95,7 +151,7 @@ class AsyncExecutor:
         self.timeout = timeout
         self.concurrency = concurrency
         self._handler = llm_handler
-        self._limiter: anyio.CapacityLimiter | None = None
+        self._limiter: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._calls = 0
         self._timeouts = 0
@@ -104,32 +160,33 @@ class AsyncExecutor:
 
     async def __aenter__(self) -> AsyncExecutor:
         self._loop = asyncio.get_running_loop()
-        self._limiter = anyio.CapacityLimiter(self.concurrency)
+        self._limiter = asyncio.Semaphore(self.concurrency)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         self._closed = True
 
     async def _one(self, call: Call, outcomes: list[Outcome | None], index: int) -> None:
-        assert self._limiter is not None and self._loop is not None
+        limiter, loop = self._limiter, self._loop
+        assert limiter is not None and loop is not None
         bridge = (
-            LoopBridge(self._loop, self._handler, call.token, self.stage)
+            LoopBridge(loop, self._handler, call.token, self.stage)
             if self._handler is not None
             else None
         )
-        async with self._limiter:
+        async with limiter:
             self._busy += 1
             started = _clock()
             outcome: Outcome | None = None
             try:
-                with anyio.move_on_after(self.timeout) as scope:
-                    outcome = await _invoke_async(self.fn, self.stage, call, bridge)
+                with _CallTimeout(loop, self.timeout) as timer:
+                    outcome = await invoke_async(self.fn, self.stage, call, bridge)
             finally:
                 self._busy -= 1
                 self._calls += 1
-            # cancel_called, not just a missing outcome: a function that swallows the
+            # ``expired``, not just a missing outcome: a function that swallows the
             # cancellation and returns late has still broken its timeout.
-            if outcome is None or scope.cancel_called:
+            if outcome is None or timer.expired:
                 self._timeouts += 1
                 outcome = Outcome(
                     None,
@@ -142,13 +199,16 @@ class AsyncExecutor:
     async def submit(self, calls: Sequence[Call]) -> list[Outcome]:
         if self._limiter is None or self._closed:
             raise RuntimeError("the executor is not open; use `async with` first")
-        outcomes: list[Outcome | None] = [None] * len(calls)
-        if len(calls) == 1:
+        n = len(calls)
+        outcomes: list[Outcome | None] = [None] * n
+        if n == 1:
             await self._one(calls[0], outcomes, 0)  # no task group needed for one call
-        else:
-            async with anyio.create_task_group() as tg:
-                for index, call in enumerate(calls):
-                    tg.start_soon(self._one, call, outcomes, index)
+        elif n:
+            # The first call runs in this task, the others in tasks of their own.
+            async with asyncio.TaskGroup() as tg:
+                for index in range(1, n):
+                    tg.create_task(self._one(calls[index], outcomes, index))
+                await self._one(calls[0], outcomes, 0)
         return cast(list[Outcome], outcomes)
 
     def statistics(self) -> ExecutorStatistics:
@@ -162,64 +222,22 @@ class AsyncExecutor:
         )
 
 
-async def _invoke_async(fn: UserFunction, stage: Stage, call: Call, bridge: Any) -> Outcome:
-    """Like ``_calls.invoke_async``, but a non-``Exception`` error (other than the
-    cancellation that enforces the timeout) still becomes this call's outcome."""
-    ctx = CallContext(call.example_id, stage, call.observation, bridge)
-    token = _current.set(ctx)
-    args = call.args if fn.arity == len(call.args) else call.args[: fn.arity]
-    started = _clock()
-    try:
-        raw = await fn.fn(*args)
-    except Exception as exc:
-        return Outcome(
-            None, ErrorInfo(_error_kind(stage, exc), _describe(exc, fn)), started, _clock()
-        )
-    except SystemExit as exc:
-        return Outcome(
-            None,
-            ErrorInfo(_error_kind(stage, exc), f"`{fn.name}` called exit({exc.code!r})"),
-            started,
-            _clock(),
-        )
-    finally:
-        _current.reset(token)
-    try:
-        return _finish(stage, call, raw, started)
-    except Exception as exc:  # a return value whose inspection itself raises
-        return Outcome(
-            None, ErrorInfo(_error_kind(stage, exc), _describe(exc, fn)), started, _clock()
-        )
-
-
-class _MutableContext:
-    """The context of the call a worker thread is running, updated in place per call.
-
-    Duck-types :class:`CallContext` (the facade only reads its attributes). Each worker
-    thread sets it once into its own context variable and then changes three attributes
-    per call, instead of building a frozen context and entering a context manager per
-    call: that alone would cost more than an exact-match metric.
-    """
-
-    __slots__ = ("example_id", "llm", "observation", "stage")
-
-    def __init__(self, stage: Stage) -> None:
-        self.example_id: Any = None
-        self.stage: Stage = stage
-        self.observation: Any = None
-        self.llm: Any = None
-
-
 class _Job:
-    """One submitted batch: its calls, their outcomes, and who is running what."""
+    """One submitted batch: its calls, their outcomes, and who is running what.
+
+    No lock: the worker threads and the watchdog on the loop hand a running call over
+    with single atomic operations (under the GIL): ``running.pop(index)`` decides who
+    stores that call's outcome (keyed by the call, not the thread, so that a stale look
+    at a thread that has moved on to its next call can never take that call), and
+    ``next(finished)`` who resolves the future.
+    """
 
     __slots__ = (
         "calls",
         "cancelled",
         "claims",
-        "done",
+        "finished",
         "future",
-        "lock",
         "loop",
         "outcomes",
         "running",
@@ -232,18 +250,16 @@ class _Job:
         self.size = len(calls)
         self.outcomes: list[Outcome | None] = [None] * self.size
         self.claims = itertools.count()
-        self.done = 0
-        self.lock = threading.Lock()
+        self.finished = itertools.count()
         self.loop = loop
         self.future: asyncio.Future[None] = loop.create_future()
-        self.running: dict[_Worker, tuple[int, int]] = {}
+        self.running: dict[int, tuple[_Worker, int]] = {}  # index -> thread, start
         self.cancelled = False
         self.timer: asyncio.TimerHandle | None = None
 
     def finish_one(self) -> None:
-        """Count one outcome as stored (the caller holds ``lock``)."""
-        self.done += 1
-        if self.done == self.size:
+        """Count one outcome as stored; the last one wakes the submitter."""
+        if next(self.finished) == self.size - 1:
             # A closed loop means nobody is waiting any more.
             with contextlib.suppress(RuntimeError):
                 self.loop.call_soon_threadsafe(_resolve, self.future)
@@ -266,14 +282,13 @@ class _Worker(threading.Thread):
 
     def run(self) -> None:
         pool = self.pool
-        ctx = _MutableContext(pool.stage)
-        _current.set(cast(CallContext, ctx))
-        fn = pool.fn.fn
-        arity = pool.fn.arity
+        invoker = SyncInvoker(pool.fn, pool.stage)
+        invoker.enter()  # this thread's context, for good: no set/reset per call
+        run = invoker.run
         stage = pool.stage
         handler = pool.handler
         jobs = pool.jobs
-        scoring = stage == "score"
+        clock = _clock
         while True:
             job = jobs.get()
             if job is None or self.abandoned:
@@ -284,73 +299,44 @@ class _Worker(threading.Thread):
             running = job.running
             claims = job.claims
             outcomes = job.outcomes
-            lock = job.lock
             while not job.cancelled:
                 index = next(claims)
                 if index >= size:
                     break
                 call = calls[index]
-                args = call.args
-                if len(args) != arity:
-                    args = args[:arity]
-                ctx.example_id = call.example_id
-                ctx.observation = call.observation
-                if handler is not None:
-                    ctx.llm = LoopBridge(loop, handler, call.token, stage)
+                bridge = None if handler is None else LoopBridge(loop, handler, call.token, stage)
                 self.in_call = True
-                started = _clock()
-                running[self] = (index, started)
+                started = clock()
+                running[index] = (self, started)
                 try:
-                    raw = fn(*args)
-                    if not scoring:
-                        outcome = Outcome(raw, None, started, _clock())
-                    elif (
-                        # The common valid return, (float, {"feedback": str}), checked
-                        # inline; anything else takes the full validator.
-                        type(raw) is tuple
-                        and len(raw) == 2
-                        and type(raw[0]) is float
-                        and raw[0] - raw[0] == 0.0
-                        and type(raw[1]) is dict
-                        and len(raw[1]) == 1
-                        and type(raw[1].get("feedback")) is str
-                    ):
-                        outcome = Outcome(
-                            Scored(raw[0], {}, raw[1]["feedback"], {}), None, started, _clock()
-                        )
-                    else:
-                        outcome = _finish(stage, call, raw, started)
-                except Exception as exc:
+                    outcome = run(
+                        call.example_id,
+                        call.observation,
+                        call.first,
+                        call.second,
+                        call.third,
+                        bridge,
+                        started,
+                    )
+                except BaseException as exc:  # KeyboardInterrupt and such, from user code
                     outcome = Outcome(
                         None,
-                        ErrorInfo(_error_kind(stage, exc), _describe(exc, pool.fn)),
+                        ErrorInfo(
+                            _error_kind(stage, exc),
+                            f"`{pool.fn.name}` raised {type(exc).__name__}",
+                        ),
                         started,
-                        _clock(),
-                    )
-                except BaseException as exc:  # SystemExit, KeyboardInterrupt from user code
-                    what = (
-                        f"`{pool.fn.name}` called exit({exc.code!r})"
-                        if isinstance(exc, SystemExit)
-                        else f"`{pool.fn.name}` raised {type(exc).__name__}"
-                    )
-                    outcome = Outcome(
-                        None, ErrorInfo(_error_kind(stage, exc), what), started, _clock()
+                        clock(),
                     )
                 self.in_call = False
                 self.calls += 1
-                with lock:
-                    if self.abandoned:
-                        # The watchdog already gave this call its timeout outcome and a
-                        # fresh thread took this one's place: retire quietly.
-                        pool._retired(self)
-                        return
-                    del running[self]
-                    outcomes[index] = outcome
-                    job.done += 1
-                    if job.done == size:
-                        # A closed loop means nobody is waiting any more.
-                        with contextlib.suppress(RuntimeError):
-                            loop.call_soon_threadsafe(_resolve, job.future)
+                if running.pop(index, None) is None:
+                    # The watchdog already gave this call its timeout outcome and a
+                    # fresh thread took this one's place: retire quietly.
+                    pool._retired(self)
+                    return
+                outcomes[index] = outcome
+                job.finish_one()
 
 
 class ThreadExecutor:
@@ -429,30 +415,30 @@ class ThreadExecutor:
         limit = int(self.timeout * 1e9)
         earliest = now + limit
         replaced = 0
-        with job.lock:
-            for worker, (index, started) in list(job.running.items()):
-                if now - started >= limit:
-                    worker.abandoned = True
-                    del job.running[worker]
-                    self._threads.discard(worker)
-                    self._abandoned.add(worker)
-                    self._abandoned_total += 1
-                    self._timeouts += 1
-                    job.outcomes[index] = Outcome(
-                        None,
-                        timeout_error(
-                            self.stage,
-                            self.timeout,
-                            job.calls[index].example_id,
-                            "; its thread was abandoned",
-                        ),
-                        started,
-                        now,
-                    )
-                    job.finish_one()
-                    replaced += 1
-                else:
-                    earliest = min(earliest, started + limit)
+        for index, (worker, started) in list(job.running.items()):
+            if now - started < limit:
+                earliest = min(earliest, started + limit)
+                continue
+            if job.running.pop(index, None) is None:
+                continue  # it just finished: its own outcome stands
+            worker.abandoned = True
+            self._threads.discard(worker)
+            self._abandoned.add(worker)
+            self._abandoned_total += 1
+            self._timeouts += 1
+            job.outcomes[index] = Outcome(
+                None,
+                timeout_error(
+                    self.stage,
+                    self.timeout,
+                    job.calls[index].example_id,
+                    "; its thread was abandoned",
+                ),
+                started,
+                now,
+            )
+            job.finish_one()
+            replaced += 1
         for _ in range(replaced):
             self._spawn()
             self.jobs.put(job)  # the rest of the batch goes on in the fresh thread

@@ -14,8 +14,9 @@ Design (see DESIGN.md, "Executors"):
 - **Batches** are sized from the measured cost of a call so that each carries about
   ``TARGET_BATCH_NS`` of work: an exact-match metric travels thousands to a message, a
   call of tens of milliseconds one at a time. A submit's calls are split across the
-  workers, and each worker holds a second batch while it runs the first, so it never
-  waits for a round trip.
+  workers (unless all of them are less work than a round trip: an optimizer's
+  minibatch of cheap calls travels as one message to one worker), and each worker
+  holds a second batch while it runs the first, so it never waits for a round trip.
 - **Timeouts**: a worker publishes the call it runs and its start time in shared memory;
   a watchdog task sleeps until the earliest deadline and kills a worker whose call is
   past ``timeout``. That call gets ``metric_timeout`` (``program_timeout`` for ``run``);
@@ -95,6 +96,8 @@ PREFETCH_MAX_COST_NS = 1_000_000
 #: ... and only while its running call has not taken this many times the mean cost.
 PREFETCH_STUCK_FACTOR = 20
 PREFETCH_STUCK_MIN_NS = 2_000_000
+#: Work below this is not split over several workers: a round trip costs more.
+SPLIT_MIN_NS = 200_000
 #: Calls of unknown cost go out in batches this small until the first results are in.
 PROBE_BATCH = 2
 #: A call is killed this long after its timeout, so one that ends just at it can report.
@@ -285,7 +288,6 @@ class ProcessExecutor:
         self._decoder = msgspec.msgpack.Decoder(ResultMsg)
         # Runtime state, created inside the running loop by __aenter__.
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._wake: asyncio.Event | None = None
         self._workers: list[_Worker] = []
         self._pending: deque[_Segment] = deque()
         self._pending_count = 0
@@ -306,7 +308,6 @@ class ProcessExecutor:
                 "a ProcessExecutor can be entered only once; create a new one for a new run"
             )
         self._loop = asyncio.get_running_loop()
-        self._wake = asyncio.Event()
         self._phase = "open"
         try:
             for _ in range(self._n_workers):
@@ -462,8 +463,13 @@ class ProcessExecutor:
         else:
             size = max(1, min(MAX_BATCH, int(TARGET_BATCH_NS / max(cost, 1.0))))
             prefetch = cost <= PREFETCH_MAX_COST_NS
+        pending = self._pending_count
+        if cost is not None and pending * cost <= SPLIT_MIN_NS:
+            # Less work than a round trip: one worker, one message. Spreading it would
+            # only wake more processes (an optimizer's minibatch of 3 exact matches).
+            return max(1, min(size, pending)), prefetch
         usable = sum(1 for w in self._workers if not (w.closed or w.retiring or w.kill)) or 1
-        share = -(-self._pending_count // usable)  # spread a submit over the workers
+        share = -(-pending // usable)  # spread a submit over the workers
         return max(1, min(size, share)), prefetch
 
     def _dispatch(self) -> None:
@@ -472,8 +478,10 @@ class ProcessExecutor:
         if self._broken is not None:
             self._fail_everything(self._broken)
             return
+        # Sized once for the whole round: re-sizing after each batch would halve the
+        # share every time (2048, 1024, 512, ... of a chunk of 4096).
+        size, prefetch = self._batch_size()
         while self._pending_count > 0:
-            size, prefetch = self._batch_size()
             target: _Worker | None = None
             for w in self._workers:
                 if not (w.closed or w.retiring or w.kill or w.batches):
@@ -546,8 +554,6 @@ class ProcessExecutor:
             self._recycled += 1
             self._send(w, pickle.dumps(("stop",), PICKLE_PROTOCOL))
             self._spawn()
-        assert self._wake is not None
-        self._wake.set()
 
     def _reject_unpicklable(self, segments: list[_Segment], error: Exception) -> None:
         """Fail the calls whose arguments cannot cross to a worker; queue the others."""
@@ -883,12 +889,16 @@ class ProcessExecutor:
     # -- the watchdog -----------------------------------------------------------------
 
     async def _watchdog(self) -> None:
-        """Kill a worker whose call is past the timeout; sleep until the next deadline."""
-        assert self._wake is not None
+        """Kill a worker whose call is past the timeout; sleep until the next deadline.
+
+        With nothing running it still wakes one timeout from now rather than waiting to
+        be told about new work: a call sent in the meantime cannot reach its deadline
+        before then, and sending a batch then costs no wake-up of this task.
+        """
         timeout = self._timeout_ns
         while True:
             now = perf_counter_ns()
-            wake_at: int | None = None
+            wake_at = now + timeout + GRACE_NS
             for w in tuple(self._workers):
                 if w.closed or w.kill is not None or not w.batches:
                     continue
@@ -901,14 +911,9 @@ class ProcessExecutor:
                         with contextlib.suppress(OSError):
                             w.proc.kill()
                         continue
-                else:  # between calls: the next one cannot end its time before this
-                    deadline = now + timeout + GRACE_NS
-                wake_at = deadline if wake_at is None else min(wake_at, deadline)
-            if wake_at is None:
-                self._wake.clear()
-                await self._wake.wait()
-            else:
-                await asyncio.sleep(max(0.0, (wake_at - now) / 1e9))
+                    wake_at = min(wake_at, deadline)
+                # between calls: the next one cannot end its time before now + timeout
+            await asyncio.sleep(max(0.0, (wake_at - now) / 1e9))
 
     # -- skynet.llm from workers ------------------------------------------------------
 

@@ -3,7 +3,8 @@
 A worker is a fresh interpreter (started by :mod:`evaluator._process` with
 ``python -c``, i.e. spawn semantics without re-importing the engine's ``__main__``). It
 imports the user's file once, by path, then loops: receive a batch of calls, run each
-with :func:`evaluator._calls.invoke_sync`, send the outcomes back.
+with :class:`evaluator._calls.SyncInvoker` (the same call as in the engine's threads),
+send the outcomes back.
 
 Wire format, both directions, over one Unix socket: frames of ``<length:u64><kind:u8>``
 followed by the body. Kind 0 is a pickled tuple; kind 1 (worker to engine only) is a
@@ -47,7 +48,7 @@ from typing import Any, NoReturn
 
 import msgspec
 
-from ._calls import Call, Outcome, invoke_sync
+from ._calls import Outcome, SyncInvoker
 from ._context import LLMBridge, Stage
 from ._results import ErrorInfo, Scored
 
@@ -69,6 +70,9 @@ STATE_SLOTS = 4
 #: limit (its call was already reported), and a user file that would not load.
 EXIT_MEMORY = 75
 EXIT_FATAL = 76
+
+#: How much one ``recv`` of the worker asks for.
+_RECV_SIZE = 1 << 16
 
 #: Results of a batch are streamed back at least this often, so that a call killed by
 #: the watchdog costs at most this much finished work (re-run elsewhere), not a batch.
@@ -98,7 +102,7 @@ class ResultMsg(msgspec.Struct, array_like=True):
 
 
 class _MemoryLimitExceeded(BaseException):
-    """Raised through ``invoke_sync`` (which catches only ``Exception``) when the user's
+    """Raised through ``SyncInvoker`` (which catches only ``Exception``) when the user's
     function hits ``MemoryError`` under the worker's memory limit."""
 
 
@@ -108,7 +112,7 @@ class _Channel:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.backlog: deque[Any] = deque()  # messages that arrived during an llm wait
-        self._header = bytearray(HEADER.size)
+        self._buf = bytearray()  # bytes received beyond the last whole message
         self._next_request = 0
 
     def send(self, body: bytes, kind: int = KIND_PICKLE) -> None:
@@ -124,16 +128,35 @@ class _Channel:
         return True
 
     def recv(self) -> Any:
-        """The next message from the engine; exits the process when the engine is gone."""
+        """The next message from the engine; exits the process when the engine is gone.
+
+        One ``recv`` usually brings a whole small message, header and body (a round trip
+        of an optimizer's minibatch is mostly system calls); a large body is read
+        straight into a buffer of its size.
+        """
         if self.backlog:
             return self.backlog.popleft()
+        buf = self._buf
+        size = HEADER.size
         try:
-            if not self._read_exact(memoryview(self._header)):
-                _exit_quietly(0)
-            length, _kind = HEADER.unpack(self._header)
-            body = bytearray(length)
-            if not self._read_exact(memoryview(body)):
-                _exit_quietly(0)
+            while len(buf) < size:
+                data = self.sock.recv(_RECV_SIZE)
+                if not data:
+                    _exit_quietly(0)
+                buf += data
+            length, _kind = HEADER.unpack_from(buf)
+            end = size + length
+            if len(buf) >= end:
+                body = bytes(buf[size:end])
+                del buf[:end]
+            else:
+                body_buf = bytearray(length)
+                have = len(buf) - size
+                body_buf[:have] = buf[size:]
+                buf.clear()
+                if not self._read_exact(memoryview(body_buf)[have:]):
+                    _exit_quietly(0)
+                return pickle.loads(body_buf)
         except OSError:
             _exit_quietly(0)
         return pickle.loads(body)
@@ -340,6 +363,10 @@ def main() -> None:
         header = RESULT_HEADER.pack(seq, start, work_ns, final, len(outs))
         channel.send(header + body, KIND_PICKLED_RESULT)
 
+    invoker = SyncInvoker(fn, stage)
+    invoker.enter()  # this process's one context, updated in place per call
+    run = invoker.run
+    clock = perf_counter_ns
     while True:
         message = channel.recv()
         if message[0] != "batch":
@@ -349,27 +376,29 @@ def main() -> None:
         _, seq, rows = message
         state[SEQ] = seq
         outs: list[Any] = []
+        append = outs.append
         flushed = 0
-        last = perf_counter_ns()
-        clock = perf_counter_ns
+        last = clock()
+        size = len(rows)
+        bridge: LLMBridge | None = None
         for index, row in enumerate(rows):
-            call = Call(*row)
+            # The fields of a Call (see _process._send_batch), run without building one.
+            token, example_id, first, second, third, observation = row
+            if has_llm:
+                bridge = RelayBridge(channel, token, stage)
             state[INDEX] = index
-            state[START] = clock()
-            bridge: LLMBridge | None = RelayBridge(channel, call.token, stage) if has_llm else None
+            state[START] = started = clock()
             try:
-                outcome = invoke_sync(fn, stage, call, bridge)
+                outcome = run(example_id, observation, first, second, third, bridge, started)
             except _MemoryLimitExceeded:
-                outcome = Outcome(
-                    None, ErrorInfo("worker_crash", crash_message), state[START], clock()
-                )
+                outcome = Outcome(None, ErrorInfo("worker_crash", crash_message), started, clock())
                 state[START] = 0
-                outs.append(outcome)
+                append(outcome)
                 send_results(seq, flushed, clock() - last, False, outs[flushed:])
                 _exit_quietly(EXIT_MEMORY)
             state[START] = 0
-            outs.append(outcome)
-            if outcome.ended_ns - last > FLUSH_NS and index + 1 < len(rows):
+            append(outcome)
+            if outcome.ended_ns - last > FLUSH_NS and index + 1 < size:
                 send_results(seq, flushed, outcome.ended_ns - last, False, outs[flushed:])
                 flushed = index + 1
                 last = outcome.ended_ns

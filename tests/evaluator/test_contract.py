@@ -178,3 +178,44 @@ class TestProperties:
         with pytest.raises(InvalidReturn) as info:
             validate_return(value, "e1")
         assert str(info.value).startswith("Metric return value: example 'e1': ")
+
+
+_scores = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(),
+    st.booleans(),
+    st.text(max_size=3),
+    st.none(),
+)
+_feedbacks = st.one_of(st.text(max_size=5), st.integers(), st.none())
+
+
+class TestFastPath:
+    @given(
+        score=_scores,
+        feedback=_feedbacks,
+        as_list=st.booleans(),
+        extra_key=st.sampled_from([None, "scores", "note", 3]),
+    )
+    def test_fast_path_agrees_with_the_full_rules(
+        self, score: Any, feedback: Any, as_list: bool, extra_key: Any
+    ) -> None:
+        """The fast path for (number, {"feedback": str}) gives exactly what the full
+        validator gives, for valid and invalid values alike (same struct or same error)."""
+        from evaluator._contract import _validate_slow
+
+        info: dict[Any, Any] = {"feedback": feedback}
+        if extra_key is not None:
+            info[extra_key] = {"a": 1.0} if extra_key == "scores" else "x"
+        value: Any = [score, info] if as_list else (score, info)
+        try:
+            expected: Any = _validate_slow(value, "q1")
+        except InvalidReturn as exc:
+            expected = str(exc)
+        try:
+            got: Any = validate_return(value, "q1")
+        except InvalidReturn as exc:
+            got = str(exc)
+        assert got == expected
+        if isinstance(got, Scored):
+            assert type(got.score) is float

@@ -90,7 +90,7 @@ def write(folder: Path, name: str, source: str) -> Path:
 
 def _calls(kinds: list[str], **extra: Any) -> list[Call]:
     return [
-        Call(i, f"e{i}", ({"kind": kind, "n": i, **extra}, "a", {"label": "a"}), Observation())
+        Call(i, f"e{i}", {"kind": kind, "n": i, **extra}, "a", {"label": "a"}, Observation())
         for i, kind in enumerate(kinds)
     ]
 
@@ -135,6 +135,43 @@ class TestAsyncExecutor:
         assert outcomes[0].error is not None and outcomes[0].error.kind == "metric_timeout"
         assert "0.2 s timeout" in outcomes[0].error.message
         assert outcomes[1].error is None
+        assert 0.2 <= elapsed < 1.5
+
+    async def test_timeout_holds_against_a_call_that_swallows_cancellation(
+        self, tmp_path: Path
+    ) -> None:
+        """A coroutine that catches the cancellation and waits on is cancelled again until
+        it ends, and one that catches it and returns late still gets metric_timeout
+        (tolerance 0.2-1.5 s); the caller's task is not left cancelled."""
+        import asyncio
+
+        fn = load_metric(
+            write(
+                tmp_path,
+                "stubborn.py",
+                "import asyncio\n"
+                "async def score(i, o, e=None):\n"
+                "    if i['kind'] == 'ok':\n"
+                "        return 1.0, {'feedback': 'ok'}\n"
+                "    for _ in range(5):\n"
+                "        try:\n"
+                "            await asyncio.sleep(30)\n"
+                "        except asyncio.CancelledError:\n"
+                "            if i['kind'] == 'late':\n"
+                "                return 1.0, {'feedback': 'late'}\n"
+                "    return 1.0, {'feedback': 'never'}\n",
+            )
+        )
+        async with AsyncExecutor(fn, "score", timeout=0.2) as ex:
+            started = time.perf_counter()
+            outcomes = await ex.submit(_calls(["stubborn", "late", "ok"]))
+            elapsed = time.perf_counter() - started
+            single = await ex.submit(_calls(["late"]))
+            task = asyncio.current_task()
+            assert task is not None and task.cancelling() == 0
+            await asyncio.sleep(0)  # no cancellation of ours is left pending
+        kinds = [o.error.kind if o.error else "ok" for o in [*outcomes, *single]]
+        assert kinds == ["metric_timeout", "metric_timeout", "ok", "metric_timeout"]
         assert 0.2 <= elapsed < 1.5
 
 

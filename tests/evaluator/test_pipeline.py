@@ -204,6 +204,25 @@ class TestEvaluateMany:
         assert stats.examples == 1000 and stats.errors == 500
         assert results[2].scores == {"part": 0.25}
 
+    async def test_results_are_not_tracked_by_the_cyclic_collector(self, metric: Path) -> None:
+        """Results, with their dict fields, are invisible to the cyclic garbage collector
+        (a run holds many), and an evaluation leaves no per-example tracked objects."""
+        import gc
+
+        kinds = (["ok", "raise", "invalid"] * 400)[:1200]
+        rows = examples(kinds)
+        async with Evaluator(metric, execution="inline") as ev:
+            await ev.evaluate_many(None, rows[:10])
+            gc.collect()
+            before = len(gc.get_objects())
+            results = await ev.evaluate_many(None, rows)
+            gc.collect()
+            grown = len(gc.get_objects()) - before
+        check_one_each(kinds, results)
+        assert not any(gc.is_tracked(r) for r in results)
+        assert not any(gc.is_tracked(ex) for ex in rows)
+        assert grown < 100  # the results list and a few per-run objects, not per example
+
     async def test_async_metric(self, tmp_path: Path) -> None:
         """An async def metric is awaited on the loop, one result per example in order."""
         kinds = ["ok", "raise", "slow", "invalid"] * 25

@@ -76,7 +76,7 @@ def chaos(tmp_path: Path) -> UserFunction:
 
 
 def _call(i: int, mode: str = "ok", output: Any = "a", **extra: Any) -> Call:
-    return Call(i, f"ex{i}", ({"mode": mode, "i": i, **extra}, output, {"answer": "a"}))
+    return Call(i, f"ex{i}", {"mode": mode, "i": i, **extra}, output, {"answer": "a"})
 
 
 def _kinds(outcomes: list[Outcome]) -> list[str]:
@@ -115,6 +115,19 @@ class TestProcessExecutor:
         assert stats.calls_done >= 10_000
         assert stats.mean_batch_size > 50  # cheap calls travel many to a message
         assert len({o.value.extra["pid"] for o in outcomes}) == 2  # both workers got work
+
+    async def test_small_cheap_submit_is_one_message(self, executor: ProcessExecutor) -> None:
+        """Once calls are known to be cheap, a minibatch of 3 goes to one worker as one
+        batch (splitting it would only add a round trip); a large submit is still spread
+        over both workers."""
+        await executor.submit([_call(i) for i in range(200)])  # cost measured
+        before = executor.statistics().batches_sent
+        outcomes = await executor.submit([_call(i) for i in range(3)])
+        assert _kinds(outcomes) == ["ok"] * 3
+        assert executor.statistics().batches_sent == before + 1
+        assert len({o.value.extra["pid"] for o in outcomes}) == 1
+        spread = await executor.submit([_call(i) for i in range(20_000)])
+        assert len({o.value.extra["pid"] for o in spread}) == 2
 
     async def test_concurrent_submits(self, executor: ProcessExecutor) -> None:
         """Concurrent submits on one executor each get their own outcomes, in order."""
@@ -179,7 +192,7 @@ class TestProcessExecutor:
         )
         fn = load_function(program, "run")
         async with ProcessExecutor(fn, "run", timeout=0.3, workers=1) as ex:
-            calls = [Call(i, i, ("p", x)) for i, x in enumerate(["a", "hang", "b"])]
+            calls = [Call(i, i, "p", x) for i, x in enumerate(["a", "hang", "b"])]
             outcomes = await ex.submit(calls)
         assert _kinds(outcomes) == ["ok", "program_timeout", "ok"]
         assert [outcomes[0].value, outcomes[2].value] == ["p:a", "p:b"]
@@ -386,9 +399,9 @@ from evaluator._process import ProcessExecutor
 async def main():
     fn = load_function(sys.argv[1], "score")
     async with ProcessExecutor(fn, "score", timeout=60, workers=2) as ex:
-        call = Call(0, 0, ({"mode": "hang", "i": 0, "marker": sys.argv[2]}, "a", None))
+        call = Call(0, 0, {"mode": "hang", "i": 0, "marker": sys.argv[2]}, "a", None)
         task = asyncio.create_task(ex.submit([call]))
-        await ex.submit([Call(1, 1, ({"mode": "ok", "i": 1}, "a", {"answer": "a"}))])
+        await ex.submit([Call(1, 1, {"mode": "ok", "i": 1}, "a", {"answer": "a"})])
         print("ready", flush=True)
         await task
 
