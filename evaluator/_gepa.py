@@ -79,7 +79,7 @@ class EvaluatorAdapter:
             except RuntimeError:
                 # Built off the loop: the open engine knows its loop; failing that, an
                 # AnyIO worker thread finds it per call.
-                loop = getattr(evaluator, "_loop", None)
+                loop = getattr(evaluator, "loop", None)  # a stand-in may not have one
         self.evaluator = evaluator
         self.failure_score = failure_score
         self.propose_new_texts = propose_new_texts

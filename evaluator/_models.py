@@ -105,6 +105,7 @@ class Meter:
             reasoning_tokens=self.reasoning_tokens,
             llm_calls=self.calls,
             retries=self.retries,
+            rate_limited=self.rate_limited,
             notes=tuple(self.notes),
         )
 

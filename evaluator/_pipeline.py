@@ -428,6 +428,12 @@ class Evaluator:
         await self._drive(artifact, _Source(examples), add)
         return builder.build(abandoned_threads=self._abandoned())
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop the Evaluator was opened in (None before it opens): where a
+        synchronous host in another thread must send its calls."""
+        return self._loop
+
     def statistics(self) -> EvaluatorStatistics:
         """A snapshot of examples done, in flight, and of the executors and models."""
         router = self._router

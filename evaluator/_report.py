@@ -191,19 +191,20 @@ class ReportBuilder:
                 self.program_cost += obs.cost_usd
         if result.metric_ms is not None:
             self._metric.add(result.metric_ms)
+        # Retries and 429s count even for a call that was given up (no llm_calls then).
         if obs.llm_calls:
             self.program_llm_calls += obs.llm_calls
             self.input_tokens += obs.input_tokens
             self.output_tokens += obs.output_tokens
-            self.retries += obs.retries
-            self.rate_limited += getattr(obs, "rate_limited", 0)
+        self.retries += obs.retries
+        self.rate_limited += obs.rate_limited
         judge = result.judge
         if judge.llm_calls:
             self.judge_llm_calls += judge.llm_calls
             self.input_tokens += judge.input_tokens
             self.output_tokens += judge.output_tokens
-            self.retries += judge.retries
-            self.rate_limited += judge.rate_limited
+        self.retries += judge.retries
+        self.rate_limited += judge.rate_limited
         if judge.cost_usd is None:
             self.judge_cost_unmeasured += 1
         else:

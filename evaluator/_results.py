@@ -56,6 +56,7 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     reasoning_tokens: int = 0
     llm_calls: int = 0
     retries: int = 0
+    rate_limited: int = 0
     notes: tuple[str, ...] = ()
 
     def __reduce__(self) -> tuple[Any, ...]:

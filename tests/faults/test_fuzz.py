@@ -224,6 +224,11 @@ def _check_outcome(argv: list[str], code: Any, text: str) -> None:
 
 
 class TestCliFuzz:
+    @pytest.fixture(autouse=True)
+    def _in_a_scratch_folder(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Relative paths the fuzz invents (``--output abc``) land in a scratch folder."""
+        monkeypatch.chdir(tmp_path)
+
     def test_usage_error_is_returned_not_raised(self, capfd: pytest.CaptureFixture[str]) -> None:
         """``main(argv)`` returns 2 for a usage error (missing required flags), as
         documented, rather than raising SystemExit at its caller."""
