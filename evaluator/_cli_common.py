@@ -71,6 +71,16 @@ def reserved_stdout(reserve: bool = True) -> Iterator[TextIO]:
         os.close(saved)
 
 
+def key_env(value: str | None) -> str | None:
+    """``--api-key-env``: a variable name, or ``none`` for a server that takes no key."""
+    return None if value is None or value.lower() == "none" else value
+
+
+def cli_key_error(exc: Exception) -> ConfigError:
+    """A missing-key error worded for the command line."""
+    return ConfigError(str(exc).replace("pass api_key_env=None", "pass --api-key-env none"))
+
+
 def print_steps(report: Any, out: Any) -> None:
     """The contract check's steps, one line each; the reason under a failed one."""
     for step in report.steps:

@@ -14,7 +14,9 @@ import msgspec
 from ._cli_common import (
     add_dataset_args,
     add_simulator_arg,
+    cli_key_error,
     console,
+    key_env,
     load_simulator_config,
     user_errors,
 )
@@ -93,7 +95,7 @@ def _artifact(path: str | None) -> Any:
 
 
 def run_judges(args: argparse.Namespace) -> int:
-    from llm_client import ModelConfig
+    from llm_client import ModelConfig, ModelConfigError
 
     timeout = validate_timeout(args.timeout, "--timeout")
     for flag in ("metric", "program"):
@@ -117,7 +119,12 @@ def run_judges(args: argparse.Namespace) -> int:
     sim_config = load_simulator_config(args.simulator) if args.simulator else None
     if sim_config is None:
         # A missing key is a usage error now, not one failed row per model later.
-        ModelConfig(model=models[0], base_url=args.base_url, api_key_env=args.api_key_env).api_key()
+        try:
+            ModelConfig(
+                model=models[0], base_url=args.base_url, api_key_env=key_env(args.api_key_env)
+            ).api_key()
+        except ModelConfigError as exc:
+            raise cli_key_error(exc) from None
 
     async def main() -> Any:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -125,17 +132,17 @@ def run_judges(args: argparse.Namespace) -> int:
         from ._judges import compare_judges
 
         async with AsyncExitStack() as stack:
-            base_url, key_env = args.base_url, args.api_key_env
+            base_url, api_key_env = args.base_url, key_env(args.api_key_env)
             if sim_config is not None:
                 from llm_client import Simulator
 
                 sim = await stack.enter_async_context(Simulator(sim_config))
-                base_url, key_env = sim.base_url, None
+                base_url, api_key_env = sim.base_url, None
             configs = [
                 ModelConfig(
                     model=m,
                     base_url=base_url,
-                    api_key_env=key_env,
+                    api_key_env=api_key_env,
                     rpm=args.rpm,
                     tpm=args.tpm,
                     price_input=prices.get(m, (None, None))[0],

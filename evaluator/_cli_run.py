@@ -24,7 +24,9 @@ import msgspec
 from ._cli_common import (
     add_dataset_args,
     add_simulator_arg,
+    cli_key_error,
     console,
+    key_env,
     load_simulator_config,
     print_steps,
     reserved_stdout,
@@ -145,9 +147,9 @@ def build_models(args: argparse.Namespace) -> Models | None:
                     f"{name} needs a model: add --model, --metric-model or --reflection-model"
                 )
         return None
-    key_env = None if str(args.api_key_env).lower() == "none" else args.api_key_env
+    api_key_env = key_env(args.api_key_env)
     if args.simulator:
-        key_env = None  # the simulator takes no key; base URLs are set once it listens
+        api_key_env = None  # the simulator takes no key; base URLs are set once it listens
     program_url = args.base_url
     reflection_url = args.reflection_base_url or program_url
     metric_url = args.metric_base_url or reflection_url
@@ -155,7 +157,7 @@ def build_models(args: argparse.Namespace) -> Models | None:
     def config(model: str | None, url: str | None) -> ModelConfig | None:
         if model is None:
             return None
-        options: dict[str, Any] = {"model": model, "api_key_env": key_env}
+        options: dict[str, Any] = {"model": model, "api_key_env": api_key_env}
         if url is not None:
             options["base_url"] = url
         for name in ("rpm", "tpm", "price_input", "price_output"):
@@ -502,7 +504,7 @@ def run_command(args: argparse.Namespace) -> int:
                 "--simulator serves models: add --model, --metric-model or --reflection-model"
             )
     except ModelConfigError as exc:
-        raise ConfigError(str(exc)) from None
+        raise cli_key_error(exc) from None
     prepared = _prepare(args)
     try:
         with reserved_stdout(args.json) as stream:
