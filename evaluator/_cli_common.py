@@ -81,6 +81,30 @@ def cli_key_error(exc: Exception) -> ConfigError:
     return ConfigError(str(exc).replace("pass api_key_env=None", "pass --api-key-env none"))
 
 
+def load_artifact(path: str | None, text: str | None = None) -> Any:
+    """The artifact: ``--artifact-text``, or ``--artifact FILE`` (.json parsed, else text)."""
+    import json
+    from pathlib import Path
+
+    if text is not None:
+        return text
+    if path is None:
+        return None
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"--artifact: no such file {str(file)!r}")
+    content = file.read_text(encoding="utf-8")
+    if file.suffix.lower() == ".json":
+        try:
+            return json.loads(content)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(
+                f"--artifact {file}:{exc.lineno}: broken JSON ({exc.msg}); fix it, or give "
+                "the file another extension to pass it as text"
+            ) from None
+    return content
+
+
 def print_steps(report: Any, out: Any) -> None:
     """The contract check's steps, one line each; the reason under a failed one."""
     for step in report.steps:

@@ -17,6 +17,7 @@ from ._cli_common import (
     cli_key_error,
     console,
     key_env,
+    load_artifact,
     load_simulator_config,
     user_errors,
 )
@@ -85,15 +86,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.set_defaults(handler=user_errors(run_judges))
 
 
-def _artifact(path: str | None) -> Any:
-    if path is None:
-        return None
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"--artifact {path!r} does not exist")
-    return msgspec.json.decode(p.read_bytes()) if p.suffix == ".json" else p.read_text()
-
-
 def run_judges(args: argparse.Namespace) -> int:
     from llm_client import ModelConfig, ModelConfigError
 
@@ -115,7 +107,7 @@ def run_judges(args: argparse.Namespace) -> int:
     examples = list(
         load_examples(args.data, input_cols=args.input_cols, output_cols=args.output_cols)
     )
-    artifact = _artifact(args.artifact)
+    artifact = load_artifact(args.artifact)
     sim_config = load_simulator_config(args.simulator) if args.simulator else None
     if sim_config is None:
         # A missing key is a usage error now, not one failed row per model later.

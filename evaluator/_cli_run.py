@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from ._cli_common import (
     cli_key_error,
     console,
     key_env,
+    load_artifact,
     load_simulator_config,
     print_steps,
     reserved_stdout,
@@ -112,27 +112,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def _check_positive(value: float | int | None, flag: str) -> None:
     if value is not None and value <= 0:
         raise ConfigError(f"{flag} must be positive, got {value:g}")
-
-
-def load_artifact(args: argparse.Namespace) -> Any:
-    """The artifact: ``--artifact-text``, or ``--artifact FILE`` (.json parsed, else text)."""
-    if args.artifact_text is not None:
-        return args.artifact_text
-    if args.artifact is None:
-        return None
-    path = Path(args.artifact)
-    if not path.is_file():
-        raise ConfigError(f"--artifact: no such file {str(path)!r}")
-    text = path.read_text(encoding="utf-8")
-    if path.suffix.lower() == ".json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(
-                f"--artifact {path}:{exc.lineno}: broken JSON ({exc.msg}); fix it, or give "
-                "the file another extension to pass it as text"
-            ) from None
-    return text
 
 
 def build_models(args: argparse.Namespace) -> Models | None:
@@ -492,7 +471,7 @@ def run_command(args: argparse.Namespace) -> int:
             raise ConfigError(f"{flag}: no such file {path!r}")
     if args.program is None and (args.artifact or args.artifact_text):
         raise ConfigError("--artifact is used by a program: add --program FILE")
-    artifact = load_artifact(args)
+    artifact = load_artifact(args.artifact, getattr(args, "artifact_text", None))
     try:
         models = build_models(args)
         for config in (models.program, models.metric, models.reflection) if models else ():

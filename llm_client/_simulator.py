@@ -40,14 +40,16 @@ import math
 import random
 import re
 import threading
+import urllib.parse
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
 
 import msgspec
 
 from ._exceptions import ModelConfigError
+from ._simserver import JSON, TEXT, HttpConnection, HttpRequest, HttpServer
 from ._wire import estimate_tokens, message_text
 
 __all__ = ["ModelSettings", "Simulator", "SimulatorConfig", "SimulatorStatistics"]
@@ -168,6 +170,9 @@ class SimulatorStatistics(msgspec.Struct, frozen=True, kw_only=True):
     completion_tokens: int
 
 
+_DEFAULT_SETTINGS = ModelSettings()
+
+
 class _SimRequest(msgspec.Struct):
     model: str
     messages: list[dict[str, Any]]
@@ -180,7 +185,10 @@ _request_decoder = msgspec.json.Decoder(_SimRequest)
 _encoder = msgspec.json.Encoder()
 _ANSWER = re.compile(r"^\s*answer\s*:\s*(.*?)\s*$", re.IGNORECASE | re.MULTILINE)
 _EXPECTED = re.compile(r"^\s*expected\s*:\s*(.*?)\s*$", re.IGNORECASE | re.MULTILINE)
-_JSON_HEADERS = {"Content-Type": "application/json"}
+_ALLOW_POST = TEXT + b"Allow: POST\r\n"
+_ALLOW_GET = TEXT + b"Allow: GET\r\n"
+_INJECTED_429_HEADERS = JSON + b"retry-after-ms: 100\r\nretry-after: 1\r\n"
+_MALFORMED = b'{"id": "chatcmpl-sim", "choices": [{"message": {"content": "PA'
 _JUDGE = re.compile(r"pass\s+or\s+fail", re.IGNORECASE)
 
 
@@ -277,7 +285,7 @@ class Simulator:
             edge += rate
             if rate > 0:
                 self._fault_edges.append((edge, kind))
-        self._runner: Any = None
+        self._server: HttpServer | None = None
         self._port = 0
         self._lock = threading.Lock()  # guards the arrival history read from other threads
         self._arrivals: deque[float] = deque(maxlen=self.config.max_history)
@@ -314,28 +322,13 @@ class Simulator:
         return self._port
 
     async def __aenter__(self) -> Simulator:
-        from aiohttp import web
-
         if self._started:
             raise RuntimeError("a Simulator runs once; create a new one")
         self._started = True
         self._loop = asyncio.get_running_loop()
-        app = web.Application(client_max_size=self.config.max_body_bytes)
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_get("/v1/models", self._models)
-        app.router.add_get("/sim/statistics", self._statistics)
-        runner = web.AppRunner(
-            app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5
-        )
-        await runner.setup()
-        site = web.TCPSite(runner, self.config.host, self.config.port, backlog=1024)
-        try:
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        self._port = int(runner.addresses[0][1])
+        server = HttpServer(self._route, max_body_bytes=self.config.max_body_bytes)
+        self._port = await server.start(self.config.host, self.config.port)
+        self._server = server
         return self
 
     async def __aexit__(
@@ -344,10 +337,10 @@ class Simulator:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        runner, self._runner = self._runner, None
+        server, self._server = self._server, None
         self._stopped = True
-        if runner is not None:
-            await asyncio.shield(runner.cleanup())
+        if server is not None:
+            await asyncio.shield(server.close(grace=0.5))
 
     @contextlib.contextmanager
     def running_in_thread(self) -> Iterator[Simulator]:
@@ -414,58 +407,79 @@ class Simulator:
         return best
 
     # -- handlers ------------------------------------------------------------------------
+    # Plain functions called by the HTTP server: no coroutine per request, and a delayed
+    # reply is a timer (see _simserver for why).
 
-    async def _models(self, request: Any) -> Any:
-        from aiohttp import web
+    def _route(self, conn: HttpConnection, request: HttpRequest) -> None:
+        path, method = request.path, request.method
+        if path == "/v1/chat/completions":
+            if method != "POST":
+                conn.send(405, b"405: Method Not Allowed", _ALLOW_POST)
+            else:
+                self._chat(conn, request)  # a body too large: counted, key checked, 413
+            return
+        if path == "/v1/models" or path == "/sim/statistics":
+            if method != "GET":
+                conn.send(405, b"405: Method Not Allowed", _ALLOW_GET)
+            elif request.body is None:
+                conn.send(413, b"413: Payload Too Large", TEXT)
+            elif path == "/v1/models":
+                self._models(conn)
+            else:
+                self._statistics(conn, request)
+            return
+        conn.send(404, b"404: Not Found", TEXT)
 
+    def _models(self, conn: HttpConnection) -> None:
         names = sorted(self.config.models) or ["simulator"]
         data = {"object": "list", "data": [{"id": n, "object": "model"} for n in names]}
-        return web.Response(body=_encoder.encode(data), content_type="application/json")
+        conn.send(200, _encoder.encode(data))
 
-    async def _statistics(self, request: Any) -> Any:
-        from aiohttp import web
-
+    def _statistics(self, conn: HttpConnection, request: HttpRequest) -> None:
         data = msgspec.to_builtins(self.statistics())
-        window = request.query.get("window")
+        window = urllib.parse.parse_qs(request.query).get("window", [""])[-1]
         if window:
-            data["peak_requests"] = self.peak_requests(float(window))
-            data["peak_accepted"] = self.peak_requests(float(window), accepted_only=True)
-        return web.Response(body=_encoder.encode(data), content_type="application/json")
+            try:
+                seconds = float(window)
+            except ValueError:
+                conn.send(400, f"400: `window` must be a number, got {window!r}".encode(), TEXT)
+                return
+            data["peak_requests"] = self.peak_requests(seconds)
+            data["peak_accepted"] = self.peak_requests(seconds, accepted_only=True)
+        conn.send(200, _encoder.encode(data))
 
     def _error(
         self,
+        conn: HttpConnection,
         status: int,
         message: str,
         kind: str,
         code: str | None,
-        headers: Mapping[str, str] | None = None,
-    ) -> Any:
-        from aiohttp import web
-
+        headers: bytes = JSON,
+    ) -> None:
         body = {"error": {"message": message, "type": kind, "code": code, "param": None}}
-        return web.Response(
-            status=status,
-            body=_encoder.encode(body),
-            content_type="application/json",
-            headers=headers,
-        )
+        conn.send(status, _encoder.encode(body), headers)
 
-    def _limit_headers(self, now: float) -> dict[str, str]:
+    def _limit_headers(self, now: float) -> str:
+        """The ``x-ratelimit-*`` header lines (each ending in CRLF) for the current window."""
         cfg, window = self.config, self._window
-        headers: dict[str, str] = {}
+        lines = ""
         if cfg.rpm is not None:
             limit = cfg.rpm * cfg.window_s / 60.0
-            headers["x-ratelimit-limit-requests"] = f"{math.floor(limit)}"
-            headers["x-ratelimit-remaining-requests"] = (
-                f"{max(0, math.floor(limit) - len(window.entries))}"
+            lines += (
+                f"x-ratelimit-limit-requests: {math.floor(limit)}\r\n"
+                f"x-ratelimit-remaining-requests: "
+                f"{max(0, math.floor(limit) - len(window.entries))}\r\n"
+                f"x-ratelimit-reset-requests: {_reset(window.wait_for_requests(now, limit))}\r\n"
             )
-            headers["x-ratelimit-reset-requests"] = _reset(window.wait_for_requests(now, limit))
         if cfg.tpm is not None:
             limit = cfg.tpm * cfg.window_s / 60.0
-            headers["x-ratelimit-limit-tokens"] = f"{math.floor(limit)}"
-            headers["x-ratelimit-remaining-tokens"] = f"{max(0, math.floor(limit - window.tokens))}"
-            headers["x-ratelimit-reset-tokens"] = _reset(window.wait_for_tokens(now, limit, 1))
-        return headers
+            lines += (
+                f"x-ratelimit-limit-tokens: {math.floor(limit)}\r\n"
+                f"x-ratelimit-remaining-tokens: {max(0, math.floor(limit - window.tokens))}\r\n"
+                f"x-ratelimit-reset-tokens: {_reset(window.wait_for_tokens(now, limit, 1))}\r\n"
+            )
+        return lines
 
     def _draw_fault(self) -> str | None:
         # One draw per request whatever the rates, so a seed gives the same sequence.
@@ -475,55 +489,69 @@ class Simulator:
                 return kind
         return None
 
-    async def _chat(self, request: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        now = loop.time()
+    def _chat(self, conn: HttpConnection, request: HttpRequest) -> None:
+        assert self._loop is not None
+        now = self._loop.time()
         with self._lock:
             self._arrivals.append(now)
         self._requests += 1
         self._in_flight += 1
-        self._peak_in_flight = max(self._peak_in_flight, self._in_flight)
-        try:
-            return await self._answer(request, now)
-        finally:
-            self._in_flight -= 1
+        if self._in_flight > self._peak_in_flight:
+            self._peak_in_flight = self._in_flight
+        # However the request ends (answered, dropped, client gone, server closed).
+        conn.on_done = self._chat_done
+        self._answer(conn, request)
 
-    async def _answer(self, request: Any, arrived: float) -> Any:
-        from aiohttp import web
+    def _chat_done(self) -> None:
+        self._in_flight -= 1
 
+    def _answer(self, conn: HttpConnection, request: HttpRequest) -> None:
         cfg = self.config
         if cfg.api_key is not None:
-            auth = request.headers.get("Authorization", "")
+            auth = request.headers.get("authorization", "")
             if auth != f"Bearer {cfg.api_key}":
                 self._client_errors += 1
                 given = auth.removeprefix("Bearer ") or "(none)"
                 # Like some providers, echo the key that was given: the client must scrub it.
                 return self._error(
+                    conn,
                     401,
                     f"Incorrect API key provided: {given}.",
                     "invalid_request_error",
                     "invalid_api_key",
                 )
+        body = request.body
+        if body is None:
+            max_bytes = cfg.max_body_bytes
+            return conn.send(
+                413,
+                f"413: Payload Too Large (the limit is {max_bytes} bytes)".encode(),
+                TEXT,
+            )
         try:
-            body = await request.read()
             parsed = _request_decoder.decode(body)
         except (msgspec.DecodeError, ValueError) as exc:
             self._client_errors += 1
-            return self._error(400, f"invalid request body: {exc}", "invalid_request_error", None)
+            return self._error(
+                conn, 400, f"invalid request body: {exc}", "invalid_request_error", None
+            )
         settings = cfg.models.get(parsed.model)
         if cfg.models and settings is None:
             self._client_errors += 1
             return self._error(
+                conn,
                 404,
                 f"The model `{parsed.model}` does not exist "
                 f"(served: {', '.join(sorted(cfg.models))}).",
                 "invalid_request_error",
                 "model_not_found",
             )
-        settings = settings or ModelSettings()
+        settings = settings or _DEFAULT_SETTINGS
         if not parsed.messages:
             self._client_errors += 1
-            return self._error(400, "`messages` must not be empty", "invalid_request_error", None)
+            return self._error(
+                conn, 400, "`messages` must not be empty", "invalid_request_error", None
+            )
 
         limit_out = parsed.max_completion_tokens or parsed.max_tokens
         text = reply_text(
@@ -537,7 +565,8 @@ class Simulator:
         tokens = prompt_tokens + completion_tokens
 
         # The limiter first, as a real gateway does; a refused request does not count.
-        now = asyncio.get_running_loop().time()
+        assert self._loop is not None
+        now = self._loop.time()
         window = self._window
         window.purge(now)
         if cfg.rpm is not None or cfg.tpm is not None:
@@ -555,6 +584,7 @@ class Simulator:
                 if tokens > limit:
                     self._rate_limited += 1
                     return self._error(
+                        conn,
                         429,
                         f"Request too large: Limit {math.floor(limit)}, Requested {tokens}.",
                         "tokens",
@@ -568,44 +598,46 @@ class Simulator:
                     )
             if wait > 0:
                 self._rate_limited += 1
-                headers = self._limit_headers(now)
-                headers["retry-after-ms"] = f"{max(1, math.ceil(wait * 1000))}"
-                headers["retry-after"] = f"{max(1, math.ceil(wait))}"
+                headers = (
+                    f"{self._limit_headers(now)}"
+                    f"retry-after-ms: {max(1, math.ceil(wait * 1000))}\r\n"
+                    f"retry-after: {max(1, math.ceil(wait))}\r\n"
+                )
                 return self._error(
+                    conn,
                     429,
                     f"Rate limit reached for {what}. Please try again in {_reset(wait)}.",
                     "requests",
                     "rate_limit_exceeded",
-                    headers,
+                    JSON + headers.encode("latin-1"),
                 )
             window.add(now, tokens)
-            with self._lock:
-                self._accepted.append(now)
-        else:
-            with self._lock:
-                self._accepted.append(now)
+        with self._lock:
+            self._accepted.append(now)
 
         fault = self._draw_fault()
         if fault is not None:
             self._faults[fault] += 1
-        if fault == "insufficient_quota":
-            return self._error(
-                429,
-                "You exceeded your current quota, please check your plan and billing details.",
-                "insufficient_quota",
-                "insufficient_quota",
-            )
-        if fault in ("error_500", "error_503"):
-            status = 500 if fault == "error_500" else 503
-            return self._error(status, f"simulated {status}", "server_error", None)
-        if fault == "rate_limit":
-            return self._error(
-                429,
-                "Rate limit reached (simulated).",
-                "requests",
-                "rate_limit_exceeded",
-                {"retry-after-ms": "100", "retry-after": "1"},
-            )
+            if fault == "insufficient_quota":
+                return self._error(
+                    conn,
+                    429,
+                    "You exceeded your current quota, please check your plan and billing details.",
+                    "insufficient_quota",
+                    "insufficient_quota",
+                )
+            if fault in ("error_500", "error_503"):
+                status = 500 if fault == "error_500" else 503
+                return self._error(conn, status, f"simulated {status}", "server_error", None)
+            if fault == "rate_limit":
+                return self._error(
+                    conn,
+                    429,
+                    "Rate limit reached (simulated).",
+                    "requests",
+                    "rate_limit_exceeded",
+                    _INJECTED_429_HEADERS,
+                )
 
         latency = settings.latency_ms if settings.latency_ms is not None else cfg.latency_ms
         jitter = settings.jitter_ms if settings.jitter_ms is not None else cfg.jitter_ms
@@ -616,20 +648,25 @@ class Simulator:
             if fault == "slow"
             else latency + (self._rng.uniform(0, jitter) if jitter else 0.0)
         )
+        reply = (parsed, settings, text, finish, prompt_tokens, completion_tokens, fault)
         if delay > 0:
-            await asyncio.sleep(delay / 1000.0)
+            conn.call_later(delay / 1000.0, self._deliver, conn, reply)
+        else:
+            self._deliver(conn, reply)
 
+    def _deliver(self, conn: HttpConnection, reply: tuple[Any, ...]) -> None:
+        """The part after the latency: drop, malformed, or the completion."""
+        parsed: _SimRequest
+        settings: ModelSettings
+        parsed, settings, text, finish, prompt_tokens, completion_tokens, fault = reply
         if fault == "drop":
-            transport = request.transport
-            if transport is not None:
-                transport.abort()
-            raise asyncio.CancelledError  # nothing more to say on a dropped connection
+            conn.abort()  # nothing more to say on a dropped connection
+            return
         if fault == "malformed":
-            return web.Response(
-                body=b'{"id": "chatcmpl-sim", "choices": [{"message": {"content": "PA',
-                content_type="application/json",
-            )
+            conn.send(200, _MALFORMED)
+            return
 
+        cfg = self.config
         cached = 0
         first = parsed.messages[0]
         if cfg.cache_system_prompts and first.get("role") == "system":
@@ -645,7 +682,7 @@ class Simulator:
         usage: dict[str, Any] = {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
-            "total_tokens": tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
             "prompt_tokens_details": {"cached_tokens": cached},
             "completion_tokens_details": {"reasoning_tokens": settings.reasoning_tokens},
         }
@@ -664,7 +701,8 @@ class Simulator:
             "usage": usage,
         }
         if cfg.rpm is None and cfg.tpm is None:
-            return web.Response(body=_encoder.encode(data), headers=_JSON_HEADERS)
-        headers = self._limit_headers(asyncio.get_running_loop().time())
-        headers["Content-Type"] = "application/json"
-        return web.Response(body=_encoder.encode(data), headers=headers)
+            conn.send(200, _encoder.encode(data))
+            return
+        assert self._loop is not None
+        headers = self._limit_headers(self._loop.time())
+        conn.send(200, _encoder.encode(data), JSON + headers.encode("latin-1"))

@@ -21,7 +21,7 @@ from llm_client import (
 )
 from llm_client._simulator import judge_verdict, reply_text
 
-from .conftest import config, judge, user
+from .conftest import config, judge, until, user
 
 
 async def _post(session: aiohttp.ClientSession, sim: Simulator, body: dict[str, Any]) -> Any:
@@ -181,3 +181,132 @@ class TestServer:
         with pytest.raises(RuntimeError, match="runs once"):
             async with sim:
                 pass
+
+
+async def _raw(sim: Simulator, data: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", sim.port)
+    writer.write(data)
+    await writer.drain()
+    return reader, writer
+
+
+async def _read_reply(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+    headers = {}
+    for line in head[1:]:
+        if line:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+    body = await reader.readexactly(int(headers.get("content-length", "0")))
+    return int(head[0].split()[1]), headers, body
+
+
+def _chat_request(text: str, *, extra: bytes = b"") -> bytes:
+    body = json.dumps({"model": "m", "messages": user(text)}).encode()
+    return (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + extra
+        + b"Content-Length: %d\r\n\r\n" % len(body)
+        + body
+    )
+
+
+class TestWire:
+    async def test_pipelined_keep_alive_requests_answered_in_order(self, sim: Simulator) -> None:
+        """Requests sent back to back on one connection are all answered, in order,
+        and the connection stays open."""
+        reader, writer = await _raw(sim, _chat_request("one") + _chat_request("two"))
+        try:
+            replies = [await _read_reply(reader), await _read_reply(reader)]
+            writer.write(_chat_request("three"))
+            replies.append(await _read_reply(reader))
+        finally:
+            writer.close()
+        texts = [json.loads(body)["choices"][0]["message"]["content"] for _, _, body in replies]
+        assert texts == ["Echo: one", "Echo: two", "Echo: three"]
+        assert all(status == 200 for status, _, _ in replies)
+        assert all(h["content-type"] == "application/json" for _, h, _ in replies)
+
+    async def test_chunked_body_split_across_writes(self, sim: Simulator) -> None:
+        """A chunked request body (with an extension, split mid-chunk) is reassembled."""
+        body = json.dumps({"model": "m", "messages": user("chunky")}).encode()
+        head = b"POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+        wire = head + b"%x;ext=1\r\n%b\r\n%x\r\n%b\r\n0\r\n\r\n" % (
+            10,
+            body[:10],
+            len(body) - 10,
+            body[10:],
+        )
+        reader, writer = await _raw(sim, wire[: len(head) + 8])
+        try:
+            writer.write(wire[len(head) + 8 :])
+            status, _, payload = await _read_reply(reader)
+        finally:
+            writer.close()
+        assert status == 200
+        assert json.loads(payload)["choices"][0]["message"]["content"] == "Echo: chunky"
+
+    async def test_connection_close_is_honoured(self, sim: Simulator) -> None:
+        """`Connection: close` gets the reply with `Connection: close`, then EOF."""
+        reader, writer = await _raw(sim, _chat_request("bye", extra=b"Connection: close\r\n"))
+        try:
+            status, headers, _ = await _read_reply(reader)
+            rest = await reader.read()
+        finally:
+            writer.close()
+        assert status == 200 and headers["connection"] == "close" and rest == b""
+
+    @pytest.mark.parametrize(
+        ("wire", "status"),
+        [
+            (b"GET /v1/nothing HTTP/1.1\r\n\r\n", 404),
+            (b"GET /v1/chat/completions HTTP/1.1\r\n\r\n", 405),
+            (b"POST /v1/models HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 405),
+            (b"NOT HTTP\r\n\r\n", 400),
+            (b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: x\r\n\r\n", 400),
+            (b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 99999\r\n\r\n", 413),
+        ],
+    )
+    async def test_bad_requests_get_their_status(
+        self, make_sim: Any, wire: bytes, status: int
+    ) -> None:
+        """Unknown paths, wrong methods, malformed requests and bodies over
+        max_body_bytes get 404/405/400/413."""
+        async with make_sim(max_body_bytes=1000) as sim:
+            reader, writer = await _raw(sim, wire)
+            try:
+                got, _, _ = await _read_reply(reader)
+            finally:
+                writer.close()
+        assert got == status
+
+    async def test_dropped_connection_and_disconnect_end_the_request(self, make_sim: Any) -> None:
+        """A drop fault closes the connection without a reply; a client that leaves
+        mid-latency is no longer counted in flight."""
+        async with make_sim(drop_rate=1.0) as sim:
+            reader, writer = await _raw(sim, _chat_request("x"))
+            try:
+                assert await reader.read() == b""
+            finally:
+                writer.close()
+            assert sim.statistics().faults["drop"] == 1
+            assert sim.statistics().in_flight == 0
+        async with make_sim(latency_ms=60_000) as sim:
+            reader, writer = await _raw(sim, _chat_request("x"))
+            await until(lambda: sim.statistics().in_flight == 1)
+            writer.close()
+            await until(lambda: sim.statistics().in_flight == 0)
+        assert sim.statistics().served == 0
+
+    async def test_api_key_required(self, make_sim: Any) -> None:
+        """With api_key set, a request without the right Bearer token gets 401 and
+        one with it gets 200."""
+        async with make_sim(api_key="sk-right") as sim:
+            reader, writer = await _raw(sim, _chat_request("x"))
+            try:
+                bad, _, _ = await _read_reply(reader)
+                writer.write(_chat_request("x", extra=b"Authorization: Bearer sk-right\r\n"))
+                good, _, _ = await _read_reply(reader)
+            finally:
+                writer.close()
+        assert (bad, good) == (401, 200)
