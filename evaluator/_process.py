@@ -21,6 +21,14 @@ Design (see DESIGN.md, "Executors"):
   a watchdog task sleeps until the earliest deadline and kills a worker whose call is
   past ``timeout``. That call gets ``metric_timeout`` (``program_timeout`` for ``run``);
   the unrun calls of its batches are queued again; a fresh worker takes its place.
+- **A warm spare**: one extra worker per executor, started and having imported the
+  user's file, waits idle. A crash, a timeout kill or a recycle swaps it in at once (at
+  the kill, not after the reaping) and a new spare starts in the background, so a
+  crash-prone or hang-prone function does not leave a worker slot empty for a whole
+  interpreter start-up (about 0.3 s) per fault. The spare is idle (blocked in ``recv``):
+  it costs memory, not a core, so it is not counted against ``workers``. It is started
+  only once every worker is ready (so that it never slows the first start-up nor loops
+  on a file that fails to load in workers) and dies with the executor like the others.
 - **Crashes** (``os._exit``, a segfault, the OOM killer, a memory limit) are seen as the
   worker process ending (a pidfd on Linux): the call it was running gets
   ``worker_crash`` with the exit code or signal, the rest of its batches are queued again.
@@ -55,7 +63,7 @@ import subprocess
 import sys
 import tempfile
 from collections import deque
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
 from time import perf_counter_ns
 from typing import Any, Literal
@@ -109,7 +117,37 @@ MAX_STARTUP_FAILURES = 3
 _READ_SIZE = 1 << 18
 
 _ROOT = str(Path(__file__).resolve().parent.parent)
-_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from evaluator._worker import main; main()"
+#: A worker's start-up, run with ``python -c``. The package's ``__init__`` imports the
+#: whole engine (pipeline, judges, llm client: about 60 % of a worker's start-up CPU),
+#: of which a worker needs a few modules; so ``evaluator`` starts as a bare package and
+#: its ``__init__`` runs only if user code asks the package for a name it lacks.
+_BOOT = """
+import sys, types
+root = sys.argv[1]
+sys.path.insert(0, root)
+if "evaluator" not in sys.modules:
+    pkg = types.ModuleType("evaluator")
+    pkg.__path__ = [root + "/evaluator"]
+    pkg.__file__ = root + "/evaluator/__init__.py"
+
+    def _complete(name):
+        import importlib, importlib.util, os
+        if os.path.isfile(os.path.join(pkg.__path__[0], name + ".py")):
+            return importlib.import_module("evaluator." + name)
+        if "__getattr__" in pkg.__dict__:
+            del pkg.__getattr__
+            spec = importlib.util.spec_from_file_location(
+                "evaluator", pkg.__file__, submodule_search_locations=pkg.__path__
+            )
+            pkg.__spec__, pkg.__package__ = spec, "evaluator"
+            spec.loader.exec_module(pkg)
+        return getattr(pkg, name)
+
+    pkg.__getattr__ = _complete
+    sys.modules["evaluator"] = pkg
+from evaluator._worker import main
+main()
+"""
 
 _Segment = tuple["_Job", int, int, int]  # job, first index, end index, attempts
 
@@ -122,7 +160,8 @@ class ProcessExecutorStatistics(msgspec.Struct, frozen=True, kw_only=True):
     workers_alive: int
     """Worker processes running now (a recycled one may overlap its replacement)."""
     restarts: int
-    """Workers started to replace one that timed out or crashed."""
+    """Workers put in place of one that timed out or crashed (a promoted spare or a new
+    worker)."""
     crashes: int
     """Workers that died on their own (exit, signal, memory limit)."""
     timeouts: int
@@ -137,6 +176,14 @@ class ProcessExecutorStatistics(msgspec.Struct, frozen=True, kw_only=True):
     """Calls sent again because their worker died before running them."""
     call_cost_ms: float | None
     """The running estimate of one call's cost that sizes batches (None: not measured)."""
+    spares_started: int = 0
+    """Warm spare workers started (each idle until it replaces a worker)."""
+    spares_promoted: int = 0
+    """Replacements (after a crash, a timeout or a recycle) served by a warm spare rather
+    than by a worker started then."""
+    spare_ready: bool = False
+    """A warm spare has started and imported the user's file, idle until it replaces a
+    worker (it is not counted in ``workers_alive``)."""
 
 
 class _Job:
@@ -175,8 +222,10 @@ class _Worker:
         "proc",
         "rbuf",
         "ready",
+        "replaced",
         "retiring",
         "sock",
+        "spare",
         "state",
         "state_map",
         "tasks",
@@ -198,6 +247,8 @@ class _Worker:
         self.batches: deque[_Batch] = deque()
         self.assigned = 0
         self.retiring = False
+        self.replaced = False  # another worker has been put in its place
+        self.spare = False  # idle, outside ``_workers`` until promoted
         self.ready = False
         self.closed = False
         self.kill: tuple[int, int, int] | None = None  # seq, index, start of a timed-out call
@@ -216,6 +267,24 @@ def _state_fd() -> int:
             fd = os.dup(f.fileno())
     os.ftruncate(fd, size)
     return fd
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """Block SIGINT in this thread while a worker is started: the child inherits the
+    mask across exec, so the terminal's Ctrl-C (sent to the whole process group) cannot
+    interrupt its start-up with a traceback before it ignores SIGINT (a spare or a
+    replacement is often starting when the user presses Ctrl-C). A SIGINT that arrives
+    meanwhile is delivered to the engine when the mask is restored, microseconds later.
+    """
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _describe_exit(returncode: int, memory_limit_mb: int | None) -> str:
@@ -297,6 +366,8 @@ class ProcessExecutor:
         self._cost_ns: float | None = None
         self._broken: str | None = None
         self._startup_failures = 0
+        self._spare: _Worker | None = None
+        self._spares_started = self._spares_promoted = self._spare_deaths = 0
         self._restarts = self._crashes = self._timeouts = self._recycled = 0
         self._batches_sent = self._calls_sent = self._calls_done = self._requeued = 0
 
@@ -325,6 +396,9 @@ class ProcessExecutor:
         # Everything that must happen happens before the first await; the waiting part
         # is shielded so that a cancelled caller still leaves no process behind.
         workers = list(self._workers)
+        if self._spare is not None:
+            workers.append(self._spare)
+            self._spare = None
         for w in workers:
             self._unwatch(w)
             with contextlib.suppress(OSError):
@@ -361,6 +435,9 @@ class ProcessExecutor:
             calls_done=self._calls_done,
             calls_requeued=self._requeued,
             call_cost_ms=None if self._cost_ns is None else self._cost_ns / 1e6,
+            spares_started=self._spares_started,
+            spares_promoted=self._spares_promoted,
+            spare_ready=self._spare is not None and self._spare.ready,
         )
 
     # -- submitting -------------------------------------------------------------------
@@ -553,7 +630,7 @@ class ProcessExecutor:
             w.retiring = True
             self._recycled += 1
             self._send(w, pickle.dumps(("stop",), PICKLE_PROTOCOL))
-            self._spawn()
+            self._replace(w, restart=False)
 
     def _reject_unpicklable(self, segments: list[_Segment], error: Exception) -> None:
         """Fail the calls whose arguments cannot cross to a worker; queue the others."""
@@ -616,7 +693,44 @@ class ProcessExecutor:
 
     # -- workers ----------------------------------------------------------------------
 
-    def _spawn(self) -> None:
+    def _replace(self, w: _Worker, *, restart: bool) -> None:
+        """Put a worker in the place of ``w`` (crashed, killed or retiring): the warm
+        spare if there is one, at once, else a new worker."""
+        if w.replaced or self._phase != "open" or self._broken is not None:
+            return
+        w.replaced = True
+        if restart:
+            self._restarts += 1
+        spare = self._spare
+        if spare is not None and not spare.closed:
+            self._spare = None
+            spare.spare = False
+            self._workers.append(spare)
+            self._spares_promoted += 1
+            self._ensure_spare()  # waits for the promoted one to be ready, if it is not
+        else:
+            self._spawn()
+
+    def _ensure_spare(self) -> None:
+        """Start a warm spare if there is none and every worker is ready.
+
+        Not while workers are still starting (the spare would compete with them for the
+        cores) nor after start-up failures (a file that does not load in workers must
+        fail cleanly, not keep starting spares); and spares that die too often are given
+        up on (they are an optimisation: replacements then start on demand).
+        """
+        if (
+            self._spare is not None
+            or self._phase != "open"
+            or self._broken is not None
+            or self._startup_failures
+            or self._spare_deaths >= MAX_STARTUP_FAILURES
+        ):
+            return
+        if all(w.ready for w in self._workers if not (w.closed or w.replaced)):
+            self._spawn(spare=True)
+
+    def _spawn(self, *, spare: bool = False) -> None:
         assert self._loop is not None
         if self._phase != "open":
             return
@@ -635,12 +749,13 @@ class ProcessExecutor:
             ]
             # Started from the loop's thread: PR_SET_PDEATHSIG follows the thread that
             # started the child, and the loop's thread outlives the executor.
-            proc = subprocess.Popen(
-                argv,
-                pass_fds=(child_sock.fileno(), state_fd),
-                stdin=subprocess.DEVNULL,
-                close_fds=True,
-            )
+            with _sigint_blocked():
+                proc = subprocess.Popen(
+                    argv,
+                    pass_fds=(child_sock.fileno(), state_fd),
+                    stdin=subprocess.DEVNULL,
+                    close_fds=True,
+                )
         except BaseException:
             parent_sock.close()
             raise
@@ -652,7 +767,12 @@ class ProcessExecutor:
             pidfd = os.pidfd_open(proc.pid)
         parent_sock.setblocking(False)
         w = _Worker(proc, parent_sock, state_map, pidfd)
-        self._workers.append(w)
+        if spare:
+            w.spare = True
+            self._spare = w
+            self._spares_started += 1
+        else:
+            self._workers.append(w)
         init = {
             "sys_path": list(sys.path),
             "path": str(self._fn.path),
@@ -774,6 +894,7 @@ class ProcessExecutor:
         elif tag == "ready":
             w.ready = True
             self._startup_failures = 0
+            self._ensure_spare()
         elif tag == "fatal":
             self._broken = str(message[1])
             self._fail_everything(self._broken)
@@ -811,6 +932,9 @@ class ProcessExecutor:
         kill, batches, was_ready = w.kill, list(w.batches), w.ready
         self._unwatch(w)
         self._close_worker(w)
+        if w.spare:
+            self._on_spare_exited(w, returncode, was_ready)
+            return
         if self._phase != "open":
             return
         if w.retiring and returncode == 0 and not batches:
@@ -856,10 +980,26 @@ class ProcessExecutor:
                         f"{self._startup_failures} in a row, not starting more"
                     )
         self._requeue(requeue)
-        if not w.retiring and self._broken is None:
-            self._restarts += 1
-            self._spawn()
+        self._replace(w, restart=True)  # no-op if done at the kill or the retiring
         self._dispatch()
+
+    def _on_spare_exited(self, w: _Worker, returncode: int, was_ready: bool) -> None:
+        """The idle spare died (it held no calls): count it, and perhaps start another."""
+        if self._spare is w:
+            self._spare = None
+        if self._phase != "open":
+            return
+        self._spare_deaths += 1
+        if not was_ready and returncode != EXIT_FATAL:
+            self._startup_failures += 1
+            if self._startup_failures >= MAX_STARTUP_FAILURES:
+                cause = _describe_exit(returncode, self._memory_limit_mb)
+                self._broken = (
+                    f"worker processes die while starting ({cause}); "
+                    f"{self._startup_failures} in a row, not starting more"
+                )
+        self._ensure_spare()
+        self._dispatch()  # fails the waiting calls if the executor is now broken
 
     def _unwatch(self, w: _Worker) -> None:
         assert self._loop is not None
@@ -910,6 +1050,10 @@ class ProcessExecutor:
                         w.kill = (seq, index, started)
                         with contextlib.suppress(OSError):
                             w.proc.kill()
+                        # The replacement starts now, in parallel with the reaping; the
+                        # killed worker's calls are sorted out when its exit is seen.
+                        self._replace(w, restart=True)
+                        self._dispatch()
                         continue
                     wake_at = min(wake_at, deadline)
                 # between calls: the next one cannot end its time before now + timeout

@@ -298,6 +298,10 @@ def main() -> None:
     # The terminal's Ctrl-C goes to the whole process group; the engine handles it and
     # stops the workers, so a worker must not die mid-call with a KeyboardInterrupt.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        # The engine starts workers with SIGINT blocked (so that a Ctrl-C during the
+        # imports above cannot print a traceback); ignored now, it may be unblocked.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     sock = socket.socket(fileno=sock_fd)
     sock.setblocking(True)
     _die_with_parent(parent_pid, sock)

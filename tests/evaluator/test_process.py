@@ -96,6 +96,15 @@ def _children() -> list[psutil.Process]:
     ]
 
 
+async def _spare_ready(ex: ProcessExecutor) -> None:
+    """Wait (at most 20 s, polling) until the executor's warm spare has imported the file."""
+    for _ in range(2000):
+        if ex.statistics().spare_ready:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no warm spare became ready: {ex.statistics()}")
+
+
 @pytest.fixture
 async def executor(chaos: UserFunction) -> AsyncIterator[ProcessExecutor]:
     async with ProcessExecutor(chaos, "score", timeout=30, workers=2) as ex:
@@ -161,7 +170,9 @@ class TestProcessExecutor:
         """A hung call (sleep 1000) is killed at a 1 s timeout with metric_timeout, and the
         rest of its batch still completes ok (tolerance: done within 10 s)."""
         async with ProcessExecutor(chaos, "score", timeout=1, workers=1) as ex:
-            await ex.submit([_call(i) for i in range(200)])  # measure: cheap calls batch big
+            first = await ex.submit([_call(i) for i in range(200)])  # cheap: big batches
+            await _spare_ready(ex)
+            spare = {p.pid for p in _children()} - {first[0].value.extra["pid"]}
             marker = tmp_path / "hang.started"
             calls = [_call(i) for i in range(20)]
             calls += [_call(20, "hang", marker=str(marker))]
@@ -175,6 +186,8 @@ class TestProcessExecutor:
             stats = ex.statistics()
             assert (stats.timeouts, stats.restarts, stats.workers_alive) == (1, 1, 1)
             assert stats.calls_requeued >= 20  # the unrun calls of the batch were sent again
+            assert stats.spares_promoted == 1  # the warm spare took the killed one's place
+            assert {o.value.extra["pid"] for o in outcomes[21:]} == spare
 
     @pytest.mark.slow
     async def test_run_stage_timeout_is_program_timeout(self, tmp_path: Path) -> None:
@@ -247,10 +260,11 @@ class TestProcessExecutor:
         async with ProcessExecutor(chaos, "score", timeout=30, workers=2) as ex:
             for _ in range(3):
                 await ex.submit([_call(i) for i in range(500)])
+            await _spare_ready(ex)
             workers = {p.pid for p in _children()}
         pids = chaos.path.with_suffix(".pids").read_text().split()
         assert pids.count(str(os.getpid())) == 1
-        assert len(workers) == 2
+        assert len(workers) == 3  # two workers and the warm spare
         assert all(pids.count(str(pid)) == 1 for pid in workers)
 
     @pytest.mark.slow
@@ -329,6 +343,71 @@ class TestProcessExecutor:
         assert _kinds(outcomes) == ["ok", "metric_error", "ok"]
         assert "cannot be sent to a worker" in _message(outcomes[1])
 
+    async def test_crash_is_served_by_the_warm_spare(self, chaos: UserFunction) -> None:
+        """After a crash the next call runs in the warm spare, a process started (and
+        done importing the file) before the crash, so no fresh start-up is waited for; a
+        new spare follows, and no process, spare included, outlives the executor."""
+        async with ProcessExecutor(chaos, "score", timeout=30, workers=1) as ex:
+            (first,) = await ex.submit([_call(0)])
+            await _spare_ready(ex)
+            worker = first.value.extra["pid"]
+            (spare,) = {p.pid for p in _children()} - {worker}
+            imported = chaos.path.with_suffix(".pids").read_text().split()
+            assert str(spare) in imported  # the spare had imported the file before
+            outcomes = await ex.submit([_call(1, "exit"), _call(2)])
+            assert _kinds(outcomes) == ["worker_crash", "ok"]
+            assert outcomes[1].value.extra["pid"] == spare
+            stats = ex.statistics()
+            assert (stats.crashes, stats.restarts, stats.spares_promoted) == (1, 1, 1)
+            await _spare_ready(ex)  # a new spare is started in the background
+            seen = {p.pid for p in _children()}
+            assert len(seen) == 2 and spare in seen and worker not in seen
+            assert ex.statistics().spares_started == 2
+        assert _children() == []
+        assert not any(
+            psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+            for pid in seen
+        )
+
+    async def test_spare_killed_from_outside_is_replaced(self, chaos: UserFunction) -> None:
+        """A spare that dies while idle (killed from outside) fails no call and is not
+        counted as a crash; another spare is started."""
+        async with ProcessExecutor(chaos, "score", timeout=30, workers=1) as ex:
+            (first,) = await ex.submit([_call(0)])
+            await _spare_ready(ex)
+            (spare,) = {p.pid for p in _children()} - {first.value.extra["pid"]}
+            os.kill(spare, signal.SIGKILL)
+            for _ in range(2000):  # at most 20 s
+                stats = ex.statistics()
+                if stats.spares_started == 2 and stats.spare_ready:
+                    break
+                await asyncio.sleep(0.01)
+            assert (stats.spares_started, stats.spare_ready, stats.crashes) == (2, True, 0)
+            assert _kinds(await ex.submit([_call(i) for i in range(5)])) == ["ok"] * 5
+
+    async def test_file_that_exits_in_workers(self, tmp_path: Path) -> None:
+        """A file whose import exits in workers (no message sent) stops being retried after
+        a few start-ups: every call fails with worker_crash, no spare is started."""
+        path = _write(
+            tmp_path,
+            "metric.py",
+            f"""
+            import os
+            if os.getpid() != {os.getpid()}:
+                os._exit(3)
+            def score(input, output, expected=None):
+                return 1.0, {{"feedback": ""}}
+            """,
+        )
+        fn = load_function(path, "score")
+        async with ProcessExecutor(fn, "score", timeout=30, workers=2) as ex:
+            outcomes = await ex.submit([_call(i) for i in range(5)])
+            assert _kinds(outcomes) == ["worker_crash"] * 5
+            assert "die while starting" in _message(outcomes[0])
+            assert "exited with code 3" in _message(outcomes[0])
+            assert ex.statistics().spares_started == 0
+        assert _children() == []
+
     async def test_file_that_fails_in_workers(self, tmp_path: Path) -> None:
         """A file that imports in the engine but not in a worker fails every call with
         worker_crash naming the cause, instead of restarting workers for ever."""
@@ -402,6 +481,8 @@ async def main():
         call = Call(0, 0, {"mode": "hang", "i": 0, "marker": sys.argv[2]}, "a", None)
         task = asyncio.create_task(ex.submit([call]))
         await ex.submit([Call(1, 1, {"mode": "ok", "i": 1}, "a", {"answer": "a"})])
+        while not ex.statistics().spare_ready:
+            await asyncio.sleep(0.01)
         print("ready", flush=True)
         await task
 
@@ -418,8 +499,8 @@ def parent_script(tmp_path: Path) -> Path:
 def test_workers_exit_when_engine_is_killed(
     chaos: UserFunction, parent_script: Path, tmp_path: Path
 ) -> None:
-    """After SIGKILL of the engine, its workers (one busy in user code, one idle) exit by
-    themselves within 5 s."""
+    """After SIGKILL of the engine, its workers (one busy in user code, one idle, and the
+    warm spare) exit by themselves within 5 s."""
     marker = tmp_path / "hang.started"
     with subprocess.Popen(
         [sys.executable, str(parent_script), str(chaos.path), str(marker)],
@@ -433,7 +514,7 @@ def test_workers_exit_when_engine_is_killed(
             while not marker.exists() and time.monotonic() < deadline:
                 time.sleep(0.01)
             workers = psutil.Process(parent.pid).children()
-            assert len(workers) == 2
+            assert len(workers) == 3
         finally:
             parent.send_signal(signal.SIGKILL)
             parent.wait()
