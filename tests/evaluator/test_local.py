@@ -16,70 +16,12 @@ from evaluator._loader import UserFunction, load_metric
 from evaluator._local import AsyncExecutor, InlineExecutor, ThreadExecutor
 from evaluator._results import Observation
 
-# A metric whose behaviour is chosen per example by input["kind"].
-BEHAVIOURS = """
-import os, time, threading
-
-RELEASE = threading.Event()
-
-def score(input, output, expected=None):
-    kind = input.get("kind", "ok")
-    if kind == "ok":
-        return float(output == expected["label"]), {"feedback": "checked"}
-    if kind == "raise":
-        raise ValueError("boom " + str(input.get("n")))
-    if kind == "slow":
-        time.sleep(0.002)
-        return 0.5, {"feedback": "slow", "scores": {"part": 0.25}}
-    if kind == "invalid":
-        return "0.8", {"feedback": "a string score"}
-    if kind == "crash":
-        os._exit(1)
-    if kind == "hang":
-        RELEASE.wait(input.get("hang_s", 30))
-        return 1.0, {"feedback": "woke"}
-    raise AssertionError(kind)
-"""
-
-ASYNC_BEHAVIOURS = """
-import asyncio
-
-async def score(input, output, expected=None):
-    kind = input.get("kind", "ok")
-    if kind == "ok":
-        return float(output == expected["label"]), {"feedback": "checked"}
-    if kind == "raise":
-        raise ValueError("boom " + str(input.get("n")))
-    if kind == "slow":
-        await asyncio.sleep(0.002)
-        return 0.5, {"feedback": "slow", "scores": {"part": 0.25}}
-    if kind == "invalid":
-        return "0.8", {"feedback": "a string score"}
-    if kind == "hang":
-        await asyncio.sleep(input.get("hang_s", 30))
-        return 1.0, {"feedback": "woke"}
-    raise AssertionError(kind)
-"""
-
-EXACT = """
-def score(input, output, expected=None):
-    want = expected["label"]
-    if output == want:
-        return 1.0, {"feedback": "Correct."}
-    return 0.0, {"feedback": f"Expected {want!r}, got {output!r}."}
-"""
-
-PROGRAM = """
-import time
-
-def run(artifact, input):
-    kind = input.get("program", "ok")
-    if kind == "raise":
-        raise RuntimeError("program failed")
-    if kind == "hang":
-        time.sleep(input.get("hang_s", 30))
-    return artifact + ":" + str(input.get("n"))
-"""
+# User files shared by these tests, kept as real files in sources/ (see its README).
+SOURCES = Path(__file__).resolve().parent / "sources"
+BEHAVIOURS = (SOURCES / "behaviours.py").read_text()  # behaviour chosen by input["kind"]
+ASYNC_BEHAVIOURS = (SOURCES / "async_behaviours.py").read_text()
+EXACT = (SOURCES / "exact.py").read_text()
+PROGRAM = (SOURCES / "program.py").read_text()
 
 
 def write(folder: Path, name: str, source: str) -> Path:
