@@ -28,8 +28,40 @@ class EvaluationError(Exception):
     """The root of every error this package raises on purpose."""
 
 
+_UNSET: Any = object()
+
+
 class ConfigError(EvaluationError, ValueError):
-    """An option given to the engine or the CLI is out of range or malformed."""
+    """An option given to the engine or the CLI is out of range or malformed.
+
+    ``option`` is the option's name in the Python API (``"timeout"``), ``value`` what was
+    given, ``problem`` what is wrong with it, worded to follow the option's name
+    (``"must be between 0 and 600 seconds, got 900"``). :meth:`render` names the option
+    the way the caller spelt it, so the command line shows ``--timeout`` where the
+    library shows ```timeout```, without editing message text. Without ``option`` the
+    problem is the whole message.
+    """
+
+    def __init__(self, problem: str, *, option: str | None = None, value: Any = _UNSET) -> None:
+        self.problem = problem
+        self.option = option
+        self.value = None if value is _UNSET else value
+        super().__init__(self.render())
+
+    def render(self, name: str | None = None) -> str:
+        """The message, with the option called ``name`` (default: ```option```)."""
+        if self.option is None:
+            return self.problem
+        return f"{name if name is not None else f'`{self.option}`'} {self.problem}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_config_error, (type(self), self.problem, self.option, self.value))
+
+
+def _config_error(
+    cls: type[ConfigError], problem: str, option: str | None, value: Any
+) -> ConfigError:
+    return cls(problem, option=option, value=value)
 
 
 class DatasetError(EvaluationError, ValueError):

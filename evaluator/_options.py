@@ -17,11 +17,15 @@ def validate_timeout(
 ) -> float:
     """Seconds, positive and at most ``upper`` (None: any finite number)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise ConfigError(f"`{name}` must be a number of seconds, got {value!r}")
+        raise ConfigError(f"must be a number of seconds, got {value!r}", option=name, value=value)
     if upper is not None and not 0 < value <= upper:
-        raise ConfigError(f"`{name}` must be between 0 and {upper:g} seconds, got {value:g}")
+        raise ConfigError(
+            f"must be between 0 and {upper:g} seconds, got {value:g}", option=name, value=value
+        )
     if upper is None and not (0 < value < math.inf):
-        raise ConfigError(f"`{name}` must be a positive number of seconds, got {value:g}")
+        raise ConfigError(
+            f"must be a positive number of seconds, got {value:g}", option=name, value=value
+        )
     return float(value)
 
 
@@ -30,5 +34,7 @@ def validate_count(value: Any, name: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"`{name}` must be a positive integer or None, got {value!r}")
+        raise ConfigError(
+            f"must be a positive integer or None, got {value!r}", option=name, value=value
+        )
     return value

@@ -11,6 +11,8 @@ Messages never carry an API key: provider text is scrubbed before it reaches an 
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["ClientClosedError", "LLMError", "ModelConfigError", "RequestTooLargeError"]
 
 
@@ -43,6 +45,34 @@ class LLMError(Exception):
         self.retries = retries
         self.rate_limited = rate_limited
         super().__init__(message if status is None else f"HTTP {status}: {message}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keyword-only data does not survive the default pickling (which replays
+        # ``self.args``); a relayed error must arrive whole, with its counts.
+        return (
+            _rebuild,
+            (
+                type(self),
+                self.message,
+                {
+                    "status": self.status,
+                    "model": self.model,
+                    "code": self.code,
+                    "attempts": self.attempts,
+                    "retries": self.retries,
+                    "rate_limited": self.rate_limited,
+                },
+                self.__dict__,
+            ),
+        )
+
+
+def _rebuild(
+    cls: type[LLMError], message: str, data: dict[str, Any], state: dict[str, Any]
+) -> LLMError:
+    error = cls(message, **data)
+    error.__dict__.update(state)
+    return error
 
 
 class ModelConfigError(LLMError, ValueError):
