@@ -261,7 +261,8 @@ class DataOptions:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> DataOptions:
         if not Path(args.data).is_file():
-            raise ConfigError(f"--data {args.data}: no such file")
+            what = "a folder, not a file" if Path(args.data).is_dir() else "no such file"
+            raise ConfigError(f"--data {args.data}: {what}")
         return cls(
             path=args.data,
             input_cols=tuple(args.input_cols) if args.input_cols else None,

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console
 
@@ -39,6 +39,9 @@ from ._options import RunOptions
 from ._output import console, print_report, print_steps, reserved_stdout, write_json
 from ._progress import ModelCounts, RunProgress
 from ._serving import Serving
+
+if TYPE_CHECKING:
+    from llm_client import ModelConfig
 
 __all__ = ["CHECK_EXAMPLES", "execute"]
 
@@ -135,7 +138,7 @@ async def _main(options: RunOptions, serving: Serving, plan: _Plan, stream: Text
     return EXIT_OK
 
 
-def _models(configs: dict[str, Any]) -> Models | None:
+def _models(configs: dict[str, ModelConfig]) -> Models | None:
     if not configs:
         return None
     return Models(

@@ -81,6 +81,7 @@ CASES = [
     ([*RUN_P, "--artifact", "missing.txt"], "--artifact: no such file 'missing.txt'"),
     ([*RUN_P, "--artifact", "{broken}"], "--artifact {broken}:1: broken JSON"),
     ([*RUN, "--data", "nope.jsonl"], "--data nope.jsonl: no such file"),
+    ([*RUN, "--data", "{dir}"], "--data {dir}: a folder, not a file"),
     ([*RUN, "--output", "{dir}"], "--output {dir} is a folder: name a file"),
     ([*RUN, "--output", "{orphan}"], "--output {orphan}: no such folder"),
     ([*RUN, "--output", "{full}"], "--output {full} already holds results: pass --resume"),
