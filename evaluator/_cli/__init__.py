@@ -1,0 +1,14 @@
+"""The ``skynet-eval`` command line (``python -m evaluator`` runs it too).
+
+_main        parser, dispatch, exit codes; user errors become one line and exit 2
+_options     every command's flags, read once into one frozen, checked struct
+_loop        the one event-loop starter (uvloop, Ctrl-C -> exit 130)
+_serving     models from the flags, keys checked, --simulator started (run, judges)
+_progress    progress bars and lines on stderr
+_output      the console, stdout kept for --json, the tables
+_check, _run, _judges, _simulator    one module per command: execute(options)
+"""
+
+from ._main import main as main
+
+__all__ = ["main"]

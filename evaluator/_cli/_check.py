@@ -1,0 +1,37 @@
+"""``skynet-eval check``: the contract check of a metric on the first examples.
+
+Exit 0 when every step passes, 1 when one fails (the report says which and why).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evaluator import check_contract
+
+from . import _loop
+from ._main import EXIT_FAILED, EXIT_OK
+from ._options import CheckOptions
+from ._output import console, print_steps, reserved_stdout, write_json
+
+__all__ = ["execute"]
+
+
+def execute(options: CheckOptions) -> int:
+    """Check, print the steps (or one JSON object with ``--json``), exit 0 or 1."""
+    examples = options.data.examples()
+    with reserved_stdout(options.json) as stream:
+        report = _loop.run(
+            lambda: check_contract(options.metric, examples, timeout=options.timeout)
+        )
+        if options.json:
+            write_json(stream, report)
+            return EXIT_OK if report.ok else EXIT_FAILED
+    out = console()
+    print_steps(report, out)
+    if report.ok:
+        out.print(f"[green]Contract check passed[/green] on {Path(options.metric)}.")
+    else:
+        failed = report.failed
+        out.print(f"[red]Contract check failed[/red] at step {failed.name if failed else '?'}.")
+    return EXIT_OK if report.ok else EXIT_FAILED

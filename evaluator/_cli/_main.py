@@ -1,0 +1,159 @@
+"""The ``skynet-eval`` command line: parser, dispatch, exit codes.
+
+A command is its options struct (flags and checks, in ``_options``) and its module
+(``_check``, ``_run``, ``_judges``, ``_simulator``) with ``execute(options) -> exit
+code``. :func:`main` parses the words, builds the command's options struct once,
+imports the command's module only then (so ``--help`` stays fast) and runs it.
+
+This is the one place where a user's mistake becomes exit code 2 and one line,
+``skynet-eval COMMAND: error: ...``, never a traceback; a ConfigError's option is
+rendered by the command's own flag (``timeout`` -> ``--timeout``), read off the parser.
+
+Exit codes: 0 success, 1 the job failed (a contract step, say), 2 a usage error, 130
+interrupted (Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from evaluator import ConfigError, EvaluationError
+
+from ._loop import Interrupted
+from ._options import (
+    CheckOptions,
+    CommandOptions,
+    JudgesOptions,
+    RunOptions,
+    SimulatorOptions,
+)
+
+__all__ = [
+    "COMMANDS",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "build_parser",
+    "main",
+]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One subcommand: its name, its options struct, and the module that runs it."""
+
+    name: str
+    options: type[CommandOptions]
+    module: str
+
+
+COMMANDS = (
+    Command("check", CheckOptions, "evaluator._cli._check"),
+    Command("run", RunOptions, "evaluator._cli._run"),
+    Command("judges", JudgesOptions, "evaluator._cli._judges"),
+    Command("simulator", SimulatorOptions, "evaluator._cli._simulator"),
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def flag_names(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Each option's ``dest`` -> its long flag (``program_timeout`` -> ``--program-timeout``)."""
+    names: dict[str, str] = {}
+    for action in parser._actions:
+        long = [s for s in action.option_strings if s.startswith("--")]
+        if long:
+            names[action.dest] = long[0]
+    return names
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line; each subcommand's parser knows its command and flags."""
+    parser = _Parser(
+        prog="skynet-eval",
+        description="An async, high-throughput evaluation engine for optimizer loops.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for command in COMMANDS:
+        sub = subparsers.add_parser(
+            command.name, help=command.options.HELP, description=command.options.DESCRIPTION
+        )
+        command.options.add_arguments(sub)
+        sub.set_defaults(cli_command=command, cli_flags=flag_names(sub))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line on ``argv`` (default ``sys.argv[1:]``); the exit code."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error already printed: a code, not a raise
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
+    command: Command = args.cli_command
+    try:
+        return _execute(command, args)
+    except Interrupted as exc:
+        print(exc.note, file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:  # before the loop started, or a second Ctrl-C
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        mistake = user_mistake(exc)
+        if mistake is None:
+            raise
+        message = render(mistake, args.cli_flags)
+        print(f"skynet-eval {command.name}: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _execute(command: Command, args: argparse.Namespace) -> int:
+    options = command.options.from_args(args)
+    module = importlib.import_module(command.module)
+    code: int = module.execute(options)
+    return code
+
+
+def user_mistake(exc: BaseException) -> BaseException | None:
+    """The user's mistake ``exc`` is (or, in a task group, its only cause), else None."""
+    from llm_client import ModelConfigError
+
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = _leaves(exc)
+        return user_mistake(leaves[0]) if len(leaves) == 1 else None
+    mistakes = (
+        EvaluationError,
+        ModelConfigError,
+        FileNotFoundError,
+        IsADirectoryError,
+        PermissionError,
+    )
+    return exc if isinstance(exc, mistakes) else None
+
+
+def render(exc: BaseException, flags: Mapping[str, str]) -> str:
+    """The one-line message; a ConfigError names its option by the command's flag."""
+    if isinstance(exc, ConfigError) and exc.option is not None:
+        return exc.render(flags.get(exc.option))
+    return str(exc)
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out

@@ -1,0 +1,755 @@
+"""The flags of every command, and the one frozen options struct each is read into.
+
+argparse turns words into values (a malformed word is its own usage message); each
+struct's ``from_args`` then checks every value once, and the command receives the
+struct, never the ``argparse.Namespace``. A bad value raises ConfigError: with
+``option`` set to the flag's ``dest`` when the problem reads on from the flag's name
+(``_main`` renders it ``--flag``), else as a whole message naming the flag. A flag's
+``dest`` is the name of the API option it feeds (``--program-timeout`` ->
+``program_timeout``), so an engine ConfigError about that option renders as the flag
+too.
+
+Cheap to import, because ``--help`` imports it: user files are read, and llm_client
+imported, only inside ``from_args``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
+
+from evaluator import ConfigError
+from evaluator._options import MAX_TIMEOUT, validate_timeout
+
+if TYPE_CHECKING:
+    from evaluator import Example
+    from llm_client import SimulatorConfig
+
+__all__ = [
+    "EXECUTIONS",
+    "CheckOptions",
+    "CommandOptions",
+    "DataOptions",
+    "JudgesOptions",
+    "ModelRequest",
+    "RunOptions",
+    "ServingOptions",
+    "SimulatorOptions",
+]
+
+EXECUTIONS = ("process", "thread", "async", "inline")
+DEFAULT_TIMEOUT = 60.0
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+_NEEDS_A_MODEL = "add --model, --metric-model or --reflection-model"
+
+
+class CommandOptions(Protocol):
+    """What ``_main`` needs of a command's options struct."""
+
+    HELP: ClassVar[str]
+    DESCRIPTION: ClassVar[str]
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        """Declare the command's flags."""
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Self:
+        """The struct, every value checked; raises ConfigError."""
+
+
+# -- argparse types: a malformed word is argparse's own usage error ----------------------
+
+
+def columns(text: str) -> list[str]:
+    """``a,b`` or ``a`` -> a list of column names (repeatable flags are appended)."""
+    names = [c.strip() for c in text.split(",") if c.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("expected one or more column names, e.g. question,context")
+    return names
+
+
+def price(text: str) -> tuple[str, float, float]:
+    """``MODEL=INPUT,OUTPUT`` (USD per million tokens) -> (model, input, output)."""
+    model, sep, rest = text.partition("=")
+    parts = rest.split(",")
+    try:
+        if not sep or len(parts) != 2:
+            raise ValueError
+        return model.strip(), float(parts[0]), float(parts[1])
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            "expected MODEL=INPUT,OUTPUT in USD per million tokens, "
+            f"e.g. judge-mini=0.15,0.6; got {text!r}"
+        ) from None
+
+
+_SIMULATED_MODEL_FIELDS: dict[str, type[float] | type[int]] = {
+    "latency_ms": float,
+    "jitter_ms": float,
+    "noise": float,
+    "reasoning_tokens": int,
+}
+
+
+def simulated_model(text: str) -> tuple[str, dict[str, Any]]:
+    """``NAME`` or ``NAME:latency_ms=50,noise=0.1`` -> (name, settings)."""
+    name, _, rest = text.partition(":")
+    if not name:
+        raise argparse.ArgumentTypeError(f"--model needs a name, got {text!r}")
+    settings: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in _SIMULATED_MODEL_FIELDS:
+            raise argparse.ArgumentTypeError(
+                f"--model {text!r}: expected NAME:key=value,... with keys "
+                f"{', '.join(_SIMULATED_MODEL_FIELDS)}; got {item!r}"
+            )
+        try:
+            settings[key] = _SIMULATED_MODEL_FIELDS[key](value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"--model {text!r}: {key} must be a number, got {value!r}"
+            ) from None
+    return name, settings
+
+
+# -- checks shared by the commands ----------------------------------------------------
+
+
+def _positive(value: float | None, dest: str) -> None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"must be positive, got {value:g}", option=dest, value=value)
+
+
+def _zero_or_more(value: float | None, dest: str) -> None:
+    if value is not None and not (math.isfinite(value) and value >= 0):
+        raise ConfigError(f"must be zero or more, got {value:g}", option=dest, value=value)
+
+
+def _file(path: str | None, flag: str) -> str | None:
+    """``path`` when it names an existing file."""
+    if path is None or Path(path).is_file():
+        return path
+    if Path(path).is_dir():
+        raise ConfigError(f"{flag}: {path!r} is a folder, not a file")
+    raise ConfigError(f"{flag}: no such file {path!r}")
+
+
+def _new_file(path: str | None, dest: str) -> str | None:
+    """``path`` when a file can be written there: not a folder, in a folder that exists."""
+    if path is None:
+        return None
+    if Path(path).is_dir():
+        raise ConfigError(f"{path} is a folder: name a file", option=dest, value=path)
+    parent = Path(path).parent
+    if not parent.is_dir():
+        raise ConfigError(f"{path}: no such folder {str(parent)!r}", option=dest, value=path)
+    return path
+
+
+def _url(value: str | None, dest: str) -> str | None:
+    if value is not None and not value.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"must be a URL starting with http:// or https://, got {value!r}",
+            option=dest,
+            value=value,
+        )
+    return value
+
+
+def _model_name(value: str | None, dest: str) -> str | None:
+    if value is not None and not value.strip():
+        raise ConfigError(f"must name a model, got {value!r}", option=dest, value=value)
+    return value
+
+
+def _key_env(value: str | None) -> str | None:
+    """``--api-key-env``: a variable name, or ``none`` for a server that takes no key."""
+    if value is None or value.lower() == "none":
+        return None
+    if not value.strip():
+        raise ConfigError(
+            f"must name an environment variable (or be 'none' for a server that takes no "
+            f"key), got {value!r}",
+            option="api_key_env",
+            value=value,
+        )
+    return value
+
+
+def _artifact(path: str | None, text: str | None) -> Any:
+    """The artifact: ``--artifact-text``, or ``--artifact FILE`` (.json parsed, else text)."""
+    if text is not None:
+        return text
+    if _file(path, "--artifact") is None:
+        return None
+    import json
+
+    file = Path(str(path))
+    content = file.read_text(encoding="utf-8")
+    if file.suffix.lower() != ".json":
+        return content
+    try:
+        return json.loads(content)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"--artifact {file}:{exc.lineno}: broken JSON ({exc.msg}); fix it, or give "
+            "the file another extension to pass it as text"
+        ) from None
+
+
+def _simulator_config(path: str | None) -> SimulatorConfig | None:
+    """The ``--simulator`` file: a JSON ``llm_client.SimulatorConfig``."""
+    if _file(path, "--simulator") is None:
+        return None
+    import msgspec
+
+    from llm_client import SimulatorConfig
+
+    try:
+        return msgspec.json.decode(Path(str(path)).read_bytes(), type=SimulatorConfig)
+    except (msgspec.MsgspecError, ValueError) as exc:
+        raise ConfigError(f"--simulator {path}: {exc}") from None
+
+
+def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data", required=True, metavar="FILE", help="dataset: .jsonl, .json or .csv"
+    )
+    parser.add_argument(
+        "--input-cols",
+        type=columns,
+        action="extend",
+        metavar="COLS",
+        help="flat rows: the input column(s), comma separated or repeated",
+    )
+    parser.add_argument(
+        "--output-cols",
+        type=columns,
+        action="extend",
+        metavar="COLS",
+        help="flat rows: the expected-output column(s); `expected` is keyed by these names",
+    )
+
+
+def _add_simulator_argument(parser: Any) -> None:
+    parser.add_argument(
+        "--simulator",
+        metavar="CONFIG",
+        help="serve every model from a local simulator on 127.0.0.1 (a JSON SimulatorConfig); "
+        "no key, no network",
+    )
+
+
+# -- shared structs ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataOptions:
+    """``--data`` and, for flat rows, ``--input-cols`` / ``--output-cols``."""
+
+    path: str
+    input_cols: tuple[str, ...] | None = None
+    output_cols: tuple[str, ...] | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> DataOptions:
+        if not Path(args.data).is_file():
+            what = "a folder, not a file" if Path(args.data).is_dir() else "no such file"
+            raise ConfigError(f"--data {args.data}: {what}")
+        return cls(
+            path=args.data,
+            input_cols=tuple(args.input_cols) if args.input_cols else None,
+            output_cols=tuple(args.output_cols) if args.output_cols else None,
+        )
+
+    def examples(self) -> Iterator[Example]:
+        """The dataset's examples, read as they are consumed."""
+        from evaluator import load_examples
+
+        return load_examples(self.path, input_cols=self.input_cols, output_cols=self.output_cols)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """One model a command calls, as the flags describe it; ``role`` is its key (the
+    stage of ``run``, the model's own name in ``judges``). ``base_url`` None: the
+    ModelConfig default."""
+
+    role: str
+    model: str
+    base_url: str | None = None
+    price_input: float | None = None
+    price_output: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingOptions:
+    """What the serving step (``_serving.Serving``) needs: the models, where their key
+    is, their limits, and the ``--simulator`` that serves them all instead."""
+
+    models: tuple[ModelRequest, ...] = ()
+    api_key_env: str | None = "OPENAI_API_KEY"
+    rpm: float | None = None
+    tpm: float | None = None
+    simulator: SimulatorConfig | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, models: Sequence[ModelRequest]) -> Self:
+        _positive(args.rpm, "rpm")
+        _positive(args.tpm, "tpm")
+        for request in models:
+            _zero_or_more(request.price_input, "price_input")
+            _zero_or_more(request.price_output, "price_output")
+        return cls(
+            models=tuple(models),
+            api_key_env=_key_env(args.api_key_env),
+            rpm=args.rpm,
+            tpm=args.tpm,
+            simulator=_simulator_config(args.simulator),
+        )
+
+
+# -- check ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckOptions:
+    """``skynet-eval check METRIC --data FILE``."""
+
+    HELP: ClassVar[str] = "run the metric contract check"
+    DESCRIPTION: ClassVar[str] = "Check a metric file against the contract on the first 3 examples."
+
+    metric: str
+    data: DataOptions
+    timeout: float = DEFAULT_TIMEOUT
+    json: bool = False
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("metric", metavar="METRIC", help="the metric file (defines `score`)")
+        _add_data_arguments(parser)
+        parser.add_argument(
+            "--timeout",
+            type=float,
+            default=DEFAULT_TIMEOUT,
+            help=f"metric timeout in seconds (default 60, at most {MAX_TIMEOUT:g})",
+        )
+        parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Self:
+        timeout = validate_timeout(args.timeout, "timeout")
+        if not Path(args.metric).is_file():
+            raise ConfigError(f"metric file {args.metric!r} does not exist")
+        return cls(
+            metric=args.metric,
+            data=DataOptions.from_args(args),
+            timeout=timeout,
+            json=args.json,
+        )
+
+
+# -- run --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunOptions:
+    """``skynet-eval run``: the files, the engine's options, the models, the output."""
+
+    HELP: ClassVar[str] = "evaluate a program (or a dataset's outputs) with a metric"
+    DESCRIPTION: ClassVar[str] = (
+        "Run the program on every example, score each output with the metric, and "
+        "print a report. Without --program the run is score-only: each example's "
+        "'output' field is scored."
+    )
+
+    metric: str
+    data: DataOptions
+    program: str | None = None
+    artifact: Any = None
+    output: str | None = None
+    resume: bool = False
+    timeout: float = DEFAULT_TIMEOUT
+    program_timeout: float | None = None
+    workers: int | None = None
+    concurrency: int | None = None
+    execution: str | None = None
+    program_execution: str | None = None
+    serving: ServingOptions = ServingOptions()
+    json: bool = False
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--metric", required=True, metavar="FILE", help="metric file (`score`)")
+        parser.add_argument(
+            "--program", metavar="FILE", help="program file (`run(artifact, input)`)"
+        )
+        artifact = parser.add_mutually_exclusive_group()
+        artifact.add_argument(
+            "--artifact", metavar="FILE", help="the candidate artifact: .json is parsed, else text"
+        )
+        artifact.add_argument("--artifact-text", metavar="TEXT", help="the artifact as text")
+        _add_data_arguments(parser)
+        parser.add_argument("--output", metavar="FILE", help="append results here (JSON Lines)")
+        parser.add_argument(
+            "--resume", action="store_true", help="skip the examples already in --output"
+        )
+        RunOptions._add_engine_arguments(parser)
+        RunOptions._add_model_arguments(parser.add_argument_group("models (skynet.llm)"))
+        parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    @staticmethod
+    def _add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--timeout",
+            type=float,
+            default=DEFAULT_TIMEOUT,
+            help=f"metric timeout, s (default 60, max {MAX_TIMEOUT:g})",
+        )
+        parser.add_argument(
+            "--program-timeout", type=float, help="program timeout, s (default 600)"
+        )
+        parser.add_argument("--workers", type=int, help="worker threads or processes")
+        parser.add_argument("--concurrency", type=int, help="examples in flight at most")
+        parser.add_argument(
+            "--execution",
+            choices=EXECUTIONS,
+            help="where the metric runs (default: the file's EXECUTION, else by its kind)",
+        )
+        parser.add_argument(
+            "--program-execution", choices=EXECUTIONS, help="where the program runs"
+        )
+
+    @staticmethod
+    def _add_model_arguments(models: Any) -> None:
+        models.add_argument("--model", help="the program model")
+        models.add_argument("--metric-model", help="the metric (judge) model")
+        models.add_argument("--reflection-model", help="the reflection model")
+        models.add_argument("--base-url", help="OpenAI-compatible base URL of --model")
+        models.add_argument("--metric-base-url", help="base URL of --metric-model")
+        models.add_argument("--reflection-base-url", help="base URL of --reflection-model")
+        models.add_argument(
+            "--api-key-env",
+            default="OPENAI_API_KEY",
+            metavar="VAR",
+            help="environment variable holding the API key (default OPENAI_API_KEY); "
+            "'none' for a server without keys",
+        )
+        models.add_argument("--rpm", type=float, help="requests per minute per model")
+        models.add_argument("--tpm", type=float, help="tokens per minute per model")
+        models.add_argument("--price-input", type=float, help="USD per 1M input tokens (override)")
+        models.add_argument(
+            "--price-output", type=float, help="USD per 1M output tokens (override)"
+        )
+        _add_simulator_argument(models)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Self:
+        timeout = validate_timeout(args.timeout, "timeout")
+        program_timeout = (
+            None
+            if args.program_timeout is None
+            else validate_timeout(args.program_timeout, "program_timeout", upper=None)
+        )
+        _positive(args.workers, "workers")
+        _positive(args.concurrency, "concurrency")
+        program = _file(args.program, "--program")
+        if program is None and (args.artifact is not None or args.artifact_text is not None):
+            raise ConfigError("--artifact is used by a program: add --program FILE")
+        return cls(
+            metric=str(_file(args.metric, "--metric")),
+            data=DataOptions.from_args(args),
+            program=program,
+            artifact=_artifact(args.artifact, args.artifact_text),
+            output=_run_output(args.output, resume=args.resume),
+            resume=args.resume,
+            timeout=timeout,
+            program_timeout=program_timeout,
+            workers=args.workers,
+            concurrency=args.concurrency,
+            execution=args.execution,
+            program_execution=args.program_execution,
+            serving=ServingOptions.from_args(args, _run_models(args)),
+            json=args.json,
+        )
+
+
+def _run_output(path: str | None, *, resume: bool) -> str | None:
+    """``--output``, which must not hold results already unless ``--resume`` goes on."""
+    if path is None:
+        if resume:
+            raise ConfigError("needs --output FILE (the results to go on from)", option="resume")
+        return None
+    _new_file(path, "output")
+    file = Path(path)
+    if not resume and file.exists() and file.stat().st_size:
+        raise ConfigError(
+            f"{path} already holds results: pass --resume to go on from them, or choose "
+            "another file",
+            option="output",
+            value=path,
+        )
+    return path
+
+
+_RUN_MODEL_ONLY = (
+    "base_url",
+    "metric_base_url",
+    "reflection_base_url",
+    "rpm",
+    "tpm",
+    "price_input",
+    "price_output",
+)
+
+
+def _run_models(args: argparse.Namespace) -> tuple[ModelRequest, ...]:
+    """The run's models by stage; each base URL defaults to that of its fallback (the
+    metric model's to the reflection model's, that one's to the program model's)."""
+    names = {
+        "program": _model_name(args.model, "model"),
+        "metric": _model_name(args.metric_model, "metric_model"),
+        "reflection": _model_name(args.reflection_model, "reflection_model"),
+    }
+    if not any(names.values()):
+        for dest in _RUN_MODEL_ONLY:
+            if getattr(args, dest) is not None:
+                raise ConfigError(f"needs a model: {_NEEDS_A_MODEL}", option=dest)
+        if args.simulator is not None:
+            raise ConfigError(f"serves models: {_NEEDS_A_MODEL}", option="simulator")
+        return ()
+    program_url = _url(args.base_url, "base_url")
+    reflection_url = _url(args.reflection_base_url, "reflection_base_url") or program_url
+    urls = {
+        "program": program_url,
+        "reflection": reflection_url,
+        "metric": _url(args.metric_base_url, "metric_base_url") or reflection_url,
+    }
+    return tuple(
+        ModelRequest(role, name, urls[role], args.price_input, args.price_output)
+        for role, name in names.items()
+        if name is not None
+    )
+
+
+# -- judges -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JudgesOptions:
+    """``skynet-eval judges``: one judge metric, several models."""
+
+    HELP: ClassVar[str] = "compare judge models: cost, latency and agreement"
+    DESCRIPTION: ClassVar[str] = (
+        "Run a judge metric once per model over the same outputs and compare cost, "
+        "latency and agreement with a reference model or human labels."
+    )
+
+    metric: str
+    data: DataOptions
+    models: tuple[str, ...]
+    reference: str | None = None
+    labels: str | None = None
+    program: str | None = None
+    artifact: Any = None
+    serving: ServingOptions = ServingOptions()
+    timeout: float = DEFAULT_TIMEOUT
+    output: str | None = None
+    plot: str | None = None
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--metric", required=True, help="the judge metric file (calls skynet.llm)"
+        )
+        _add_data_arguments(parser)
+        parser.add_argument("--models", required=True, help="comma-separated model names")
+        ref = parser.add_mutually_exclusive_group()
+        ref.add_argument("--reference", help="agreement against this model (default: the first)")
+        ref.add_argument(
+            "--labels", metavar="COLUMN", help="agreement against human labels in COLUMN"
+        )
+        parser.add_argument(
+            "--program", help="program file; its outputs are computed once for all judges"
+        )
+        parser.add_argument(
+            "--artifact", help="artifact file for the program (.json parsed, else text)"
+        )
+        parser.add_argument(
+            "--base-url", default=OPENAI_BASE_URL, help="OpenAI-compatible base URL"
+        )
+        parser.add_argument(
+            "--api-key-env",
+            default="OPENAI_API_KEY",
+            help="environment variable holding the API key ('none' for a server without keys)",
+        )
+        parser.add_argument("--rpm", type=float, help="requests per minute, per model")
+        parser.add_argument("--tpm", type=float, help="tokens per minute, per model")
+        parser.add_argument(
+            "--price",
+            type=price,
+            action="append",
+            default=[],
+            metavar="MODEL=IN,OUT",
+            help="price override in USD per million input,output tokens (repeatable)",
+        )
+        parser.add_argument(
+            "--timeout", type=float, default=DEFAULT_TIMEOUT, help="metric timeout in seconds"
+        )
+        _add_simulator_argument(parser)
+        parser.add_argument("--output", metavar="FILE", help="write the report as JSON")
+        parser.add_argument(
+            "--plot", metavar="FILE.png", help="draw cost per 1,000 examples against agreement"
+        )
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Self:
+        timeout = validate_timeout(args.timeout, "timeout")
+        metric = str(_file(args.metric, "--metric"))
+        program = _file(args.program, "--program")
+        models = _judge_models(args.models)
+        if args.reference is not None and args.reference not in models:
+            raise ConfigError(f"--reference {args.reference!r} is not one of --models {models}")
+        prices = _judge_prices(args.price, models)
+        base_url = _url(args.base_url, "base_url")
+        requests = [ModelRequest(m, m, base_url, *prices.get(m, (None, None))) for m in models]
+        return cls(
+            metric=metric,
+            data=DataOptions.from_args(args),
+            models=tuple(models),
+            reference=args.reference or (None if args.labels else models[0]),
+            labels=args.labels,
+            program=program,
+            artifact=_artifact(args.artifact, None),
+            serving=ServingOptions.from_args(args, requests),
+            timeout=timeout,
+            output=_new_file(args.output, "output"),
+            plot=_plot_file(args.plot),
+        )
+
+
+def _judge_models(text: str) -> list[str]:
+    models = [m.strip() for m in text.split(",") if m.strip()]
+    if not models:
+        raise ConfigError("needs at least one model name", option="models", value=text)
+    twice = sorted({m for m in models if models.count(m) > 1})
+    if twice:
+        raise ConfigError(f"names {twice} more than once", option="models", value=text)
+    return models
+
+
+def _judge_prices(
+    given: Sequence[tuple[str, float, float]], models: Sequence[str]
+) -> dict[str, tuple[float, float]]:
+    prices = {model: (price_in, price_out) for model, price_in, price_out in given}
+    unknown = sorted(set(prices) - set(models))
+    if unknown:
+        raise ConfigError(f"names model(s) {unknown} that are not in --models", option="price")
+    for model, pair in prices.items():
+        if not all(math.isfinite(p) and p >= 0 for p in pair):
+            raise ConfigError(
+                f"{model}: prices must be zero or more, got {pair[0]:g},{pair[1]:g}",
+                option="price",
+            )
+    return prices
+
+
+def _plot_file(path: str | None) -> str | None:
+    if path is None:
+        return None
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ConfigError("needs matplotlib: pip install 'skynet-eval[plot]'", option="plot")
+    return _new_file(path, "plot")
+
+
+# -- simulator --------------------------------------------------------------------------
+
+_FAULT_FLAGS = (
+    ("error-500", "HTTP 500"),
+    ("error-503", "HTTP 503"),
+    ("rate-limit", "injected 429 (apart from --rpm/--tpm)"),
+    ("insufficient-quota", "429 insufficient_quota"),
+    ("slow", "replies delayed by --slow-ms"),
+    ("malformed", "malformed 200 bodies"),
+    ("drop", "dropped connections"),
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimulatorOptions:
+    """``skynet-eval simulator``: the whole command is one ``SimulatorConfig``, checked by
+    llm_client itself (its messages name the config's fields: ``drop_rate``)."""
+
+    HELP: ClassVar[str] = "serve a local OpenAI-compatible model simulator (for tests and examples)"
+    DESCRIPTION: ClassVar[str] = (
+        "Serve the OpenAI-compatible simulator on 127.0.0.1 until Ctrl-C or SIGTERM. Prints "
+        "one line, `simulator serving at http://127.0.0.1:PORT/v1`, once it is listening "
+        "(so a script can read the port when --port 0 picks one), and a summary of what "
+        "it saw when it stops."
+    )
+
+    config: SimulatorConfig
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        p = parser
+        p.add_argument("--port", type=int, default=8765, help="TCP port; 0 picks a free one")
+        p.add_argument("--host", default="127.0.0.1", help="a loopback address (default 127.0.0.1)")
+        p.add_argument("--seed", type=int, default=0, help="seed of latency jitter and faults")
+        p.add_argument("--latency-ms", type=float, default=0.0, help="fixed latency per reply")
+        p.add_argument("--jitter-ms", type=float, default=0.0, help="uniform extra latency 0..J")
+        p.add_argument("--rpm", type=float, default=None, help="requests per minute limit")
+        p.add_argument("--tpm", type=float, default=None, help="tokens per minute limit")
+        p.add_argument(
+            "--window", type=float, default=60.0, help="sliding window of the limits, seconds"
+        )
+        for kind, what in _FAULT_FLAGS:
+            p.add_argument(f"--{kind}-rate", type=float, default=0.0, help=f"share of {what}")
+        p.add_argument("--slow-ms", type=float, default=5000.0, help="delay of a slow reply")
+        p.add_argument(
+            "--pass-rate", type=float, default=0.5, help="share of PASS for hashed judge verdicts"
+        )
+        p.add_argument(
+            "--model",
+            dest="models",
+            action="append",
+            type=simulated_model,
+            default=[],
+            metavar="NAME[:latency_ms=..,jitter_ms=..,noise=..,reasoning_tokens=..]",
+            help="serve this model (repeatable); when given, other model names get 404",
+        )
+        p.add_argument("--api-key", default=None, help="require this bearer key (default: none)")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Self:
+        from llm_client import ModelSettings, SimulatorConfig
+
+        faults = {
+            f"{kind.replace('-', '_')}_rate": getattr(args, f"{kind.replace('-', '_')}_rate")
+            for kind, _ in _FAULT_FLAGS
+        }
+        config = SimulatorConfig(
+            host=args.host,
+            port=args.port,
+            seed=args.seed,
+            latency_ms=args.latency_ms,
+            jitter_ms=args.jitter_ms,
+            rpm=args.rpm,
+            tpm=args.tpm,
+            window_s=args.window,
+            slow_ms=args.slow_ms,
+            pass_rate=args.pass_rate,
+            models={name: ModelSettings(**kw) for name, kw in args.models},
+            api_key=args.api_key,
+            **faults,
+        )
+        return cls(config=config)

@@ -1,0 +1,160 @@
+"""What the commands print: the console, standard output kept for ``--json``, the tables.
+
+Reports are data (``Report``, ``ContractReport``, ``JudgesReport``); this module is the
+one place that turns them into text, so the commands only decide what to show.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stdout
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from evaluator import ContractReport, JudgesReport, Report
+
+__all__ = [
+    "console",
+    "print_judges",
+    "print_report",
+    "print_steps",
+    "reserved_stdout",
+    "write_json",
+]
+
+
+def console(stderr: bool = False, *, wide: bool = False) -> Console:
+    """A rich console; ``wide`` gives tables room when the output is not a terminal."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() or not wide else 200
+    return Console(stderr=stderr, highlight=False, soft_wrap=not wide, width=width)
+
+
+@contextmanager
+def reserved_stdout(reserve: bool = True) -> Iterator[TextIO]:
+    """Keep standard output for the engine's own JSON: while inside, everything else
+    written to fd 1 (user code printing, in this process or a worker process started
+    here) goes to standard error. Yields a stream on the real standard output."""
+    if not reserve:
+        yield sys.stdout
+        return
+    original = sys.stdout
+    original.flush()
+    try:
+        on_fd1 = original.fileno() == 1
+    except (AttributeError, OSError, ValueError):  # replaced by a capture or a StringIO
+        on_fd1 = False
+    saved = os.dup(1)
+    real: TextIO = os.fdopen(saved, "w", encoding="utf-8", closefd=False) if on_fd1 else original
+    os.dup2(2, 1)
+    try:
+        with redirect_stdout(sys.stderr):
+            yield real
+    finally:
+        real.flush()
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        if on_fd1:
+            real.close()
+        os.close(saved)
+
+
+def write_json(stream: TextIO, value: Any) -> None:
+    """One JSON document on one line of ``stream``."""
+    import msgspec
+
+    stream.write(msgspec.json.encode(value).decode() + "\n")
+    stream.flush()
+
+
+def print_steps(report: ContractReport, out: Console) -> None:
+    """The contract check's steps, one line each; the reason under a failed one."""
+    for step in report.steps:
+        mark = "[green]✓[/green]" if step.ok else "[red]✗[/red]"
+        out.print(f"{mark} {step.name}")
+        if not step.ok:
+            where = f"example {step.example_id!r}: " if step.example_id is not None else ""
+            out.print(f"    {where}{step.message}", markup=False)
+
+
+def print_report(report: Report, out: Console, *, interrupted: bool, output: str | None) -> None:
+    """The run's report as a table, and where its results are."""
+    from rich.table import Table
+
+    from evaluator._report import report_rows
+
+    title = "Report (interrupted: partial)" if interrupted else "Report"
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    for label, value in report_rows(report):
+        table.add_row(label, value)
+    out.print(table)
+    if output:
+        out.print(f"results: {output}", markup=False)
+
+
+_JUDGE_COLUMNS = (
+    "model",
+    "scored",
+    "errors",
+    "mean",
+    "$/1k ex",
+    "$ total",
+    "in tok/ex",
+    "out tok/ex",
+    "p50 ms",
+    "p95 ms",
+    "429s",
+    "retries",
+    "agreement [95% CI]",
+)
+
+
+def _fmt(value: float | None, spec: str, unknown: str = "–") -> str:
+    return unknown if value is None else format(value, spec)
+
+
+def print_judges(report: JudgesReport) -> None:
+    """The judges' table (one row per model, the Pareto front starred), then each
+    model's failure or the reason its cost is unknown."""
+    from rich.table import Table
+
+    verdicts = report.kind == "verdicts"
+    against = report.reference or "nothing (no reference)"
+    table = Table(title=f"Judges on {report.examples} examples; agreement against {against}")
+    for name in (*_JUDGE_COLUMNS, "kappa" if verdicts else "pearson", "front"):
+        table.add_column(name, justify="left" if name == "model" else "right")
+    for row in report.rows:
+        ci = f" [{row.agreement_ci[0]:.2f}, {row.agreement_ci[1]:.2f}]" if row.agreement_ci else ""
+        unknown = "unknown" if row.cost_note else "–"
+        table.add_row(
+            row.model,
+            str(row.scored),
+            str(row.errors),
+            _fmt(row.mean_score, ".3f"),
+            _fmt(row.cost_per_1k_usd, ".4f", unknown),
+            _fmt(row.cost_usd, ".5f", unknown),
+            _fmt(row.input_tokens_per_example, ".0f"),
+            _fmt(row.output_tokens_per_example, ".0f"),
+            _fmt(row.latency_p50_ms, ".0f"),
+            _fmt(row.latency_p95_ms, ".0f"),
+            str(row.rate_limited),
+            str(row.retries),
+            _fmt(row.agreement, ".3f") + ci,
+            _fmt(row.kappa if verdicts else row.pearson, ".3f"),
+            "★" if row.pareto else "",
+        )
+    out = console(wide=True)
+    out.print(table)
+    for row in report.rows:
+        if row.failure:
+            out.print(f"[red]{row.model}[/red]: {row.failure}", markup=True)
+        elif row.cost_note:
+            out.print(f"{row.model}: cost unknown: {row.cost_note}")

@@ -1,0 +1,90 @@
+"""The one step that readies the models of ``run`` and ``judges``.
+
+From the flags (a :class:`~._options.ServingOptions`) it builds each ``ModelConfig``,
+checks that every API key is there before any work starts (a missing key is a usage
+error now, not one failed row per example later), and with ``--simulator`` starts the
+simulator on 127.0.0.1 and points every model at it (no key then). Both commands go
+through it, so a model flag means the same in each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+from evaluator import ConfigError
+
+from ._options import ModelRequest, ServingOptions
+
+if TYPE_CHECKING:
+    from llm_client import ModelConfig, SimulatorConfig
+
+__all__ = ["Serving"]
+
+
+class Serving:
+    """The models of one command, keyed by role, ready to be served.
+
+    Building it checks the keys (raises ConfigError); :meth:`open` serves the models for
+    as long as it is entered.
+    """
+
+    __slots__ = ("configs", "simulator")
+
+    def __init__(self, options: ServingOptions) -> None:
+        self.simulator: SimulatorConfig | None = options.simulator
+        # The simulator takes no key; its base URL is known once it listens.
+        key_env = None if self.simulator is not None else options.api_key_env
+        self.configs: dict[str, ModelConfig] = {
+            request.role: _config(request, key_env, options) for request in options.models
+        }
+        if self.simulator is None:
+            _check_keys(self.configs.values())
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[dict[str, ModelConfig]]:
+        """The configs, each pointed at the simulator when there is one (started here,
+        stopped on the way out)."""
+        if self.simulator is None or not self.configs:
+            yield dict(self.configs)
+            return
+        import msgspec
+
+        from llm_client import Simulator
+
+        async with Simulator(self.simulator) as sim:
+            yield {
+                role: msgspec.structs.replace(config, base_url=sim.base_url)
+                for role, config in self.configs.items()
+            }
+
+
+def _config(request: ModelRequest, key_env: str | None, options: ServingOptions) -> ModelConfig:
+    from llm_client import ModelConfig
+
+    fields: dict[str, Any] = {"model": request.model, "api_key_env": key_env}
+    for name, value in (
+        ("base_url", request.base_url),
+        ("rpm", options.rpm),
+        ("tpm", options.tpm),
+        ("price_input", request.price_input),
+        ("price_output", request.price_output),
+    ):
+        if value is not None:  # unset: the ModelConfig default
+            fields[name] = value
+    return ModelConfig(**fields)
+
+
+def _check_keys(configs: Iterable[ModelConfig]) -> None:
+    from llm_client import ModelConfigError
+
+    for config in configs:
+        try:
+            config.api_key()
+        except ModelConfigError:
+            raise ConfigError(
+                f"environment variable {config.api_key_env} (the --api-key-env of model "
+                f"{config.model!r}) is not set: export it, or pass --api-key-env none for a "
+                "server that takes no key"
+            ) from None
