@@ -27,6 +27,7 @@ from evaluator._options import MAX_TIMEOUT, validate_timeout
 
 if TYPE_CHECKING:
     from evaluator import Example
+    from evaluator._judges import JudgeSpec
     from llm_client import SimulatorConfig
 
 __all__ = [
@@ -544,22 +545,25 @@ def _run_models(args: argparse.Namespace) -> tuple[ModelRequest, ...]:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JudgesOptions:
-    """``skynet-eval judges``: one judge metric, several models."""
+    """``skynet-eval judges``: one judge metric, several models, maybe across providers."""
 
     HELP: ClassVar[str] = "compare judge models: cost, latency and agreement"
     DESCRIPTION: ClassVar[str] = (
-        "Run a judge metric once per model over the same outputs and compare cost, "
-        "latency and agreement with a reference model or human labels."
+        "Run a judge metric once per model (or K times with --repeat) over the same outputs "
+        "and compare cost, latency, self-agreement and agreement with a reference model or "
+        "human labels."
     )
 
     metric: str
     data: DataOptions
-    models: tuple[str, ...]
+    judges: tuple[JudgeSpec, ...]
     reference: str | None = None
     labels: str | None = None
     program: str | None = None
     artifact: Any = None
-    serving: ServingOptions = ServingOptions()
+    simulator: SimulatorConfig | None = None
+    repeat: int = 1
+    project: int | None = None
     timeout: float = DEFAULT_TIMEOUT
     output: str | None = None
     plot: str | None = None
@@ -570,7 +574,22 @@ class JudgesOptions:
             "--metric", required=True, help="the judge metric file (calls skynet.llm)"
         )
         _add_data_arguments(parser)
-        parser.add_argument("--models", required=True, help="comma-separated model names")
+        parser.add_argument("--models", help="comma-separated model names, behind one --base-url")
+        parser.add_argument(
+            "--models-file",
+            metavar="FILE",
+            help="models across providers (.toml or .json): name, label, base_url, "
+            "api_key_env, prices, rpm/tpm, call options per model",
+        )
+        parser.add_argument(
+            "--repeat", type=int, default=1, metavar="K", help="judge every example K times"
+        )
+        parser.add_argument(
+            "--project",
+            type=int,
+            metavar="N",
+            help="project each model's cost and time for N examples",
+        )
         ref = parser.add_mutually_exclusive_group()
         ref.add_argument("--reference", help="agreement against this model (default: the first)")
         ref.add_argument(
@@ -583,12 +602,12 @@ class JudgesOptions:
             "--artifact", help="artifact file for the program (.json parsed, else text)"
         )
         parser.add_argument(
-            "--base-url", default=OPENAI_BASE_URL, help="OpenAI-compatible base URL"
+            "--base-url", help=f"OpenAI-compatible base URL (default: {OPENAI_BASE_URL})"
         )
         parser.add_argument(
             "--api-key-env",
-            default="OPENAI_API_KEY",
-            help="environment variable holding the API key ('none' for a server without keys)",
+            help="environment variable holding the API key (default: OPENAI_API_KEY; "
+            "'none' for a server without keys)",
         )
         parser.add_argument("--rpm", type=float, help="requests per minute, per model")
         parser.add_argument("--tpm", type=float, help="tokens per minute, per model")
@@ -611,54 +630,57 @@ class JudgesOptions:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Self:
+        from evaluator._judges import check_keys, choose_reference, judges_from_flags
+
         timeout = validate_timeout(args.timeout, "timeout")
         metric = str(_file(args.metric, "--metric"))
         program = _file(args.program, "--program")
-        models = _judge_models(args.models)
-        if args.reference is not None and args.reference not in models:
-            raise ConfigError(f"--reference {args.reference!r} is not one of --models {models}")
-        prices = _judge_prices(args.price, models)
-        base_url = _url(args.base_url, "base_url")
-        requests = [ModelRequest(m, m, base_url, *prices.get(m, (None, None))) for m in models]
+        _positive(args.rpm, "rpm")
+        _positive(args.tpm, "tpm")
+        _url(args.base_url, "base_url")
+        if args.api_key_env is not None:
+            _key_env(args.api_key_env)
+        for label, price_in, price_out in args.price:
+            if not all(math.isfinite(p) and p >= 0 for p in (price_in, price_out)):
+                raise ConfigError(
+                    f"{label}: prices must be zero or more, got {price_in:g},{price_out:g}",
+                    option="price",
+                )
+        data = DataOptions.from_args(args)
+        artifact = _artifact(args.artifact, None)
+        output, plot = _new_file(args.output, "output"), _plot_file(args.plot)
+        simulator = _simulator_config(args.simulator)
+        judges = judges_from_flags(
+            models_file=args.models_file,
+            models=args.models,
+            base_url=args.base_url,
+            api_key_env=args.api_key_env,
+            rpm=args.rpm,
+            tpm=args.tpm,
+            price=args.price,
+            repeat=args.repeat,
+            project=args.project,
+            simulator=simulator,
+            keys=False,
+        )
+        reference = choose_reference(judges, args.reference, args.labels)
+        if simulator is None:
+            check_keys(judges)  # last: every other mistake is named first
         return cls(
             metric=metric,
-            data=DataOptions.from_args(args),
-            models=tuple(models),
-            reference=args.reference or (None if args.labels else models[0]),
+            data=data,
+            judges=tuple(judges),
+            reference=reference,
             labels=args.labels,
             program=program,
-            artifact=_artifact(args.artifact, None),
-            serving=ServingOptions.from_args(args, requests),
+            artifact=artifact,
+            simulator=simulator,
+            repeat=args.repeat,
+            project=args.project,
             timeout=timeout,
-            output=_new_file(args.output, "output"),
-            plot=_plot_file(args.plot),
+            output=output,
+            plot=plot,
         )
-
-
-def _judge_models(text: str) -> list[str]:
-    models = [m.strip() for m in text.split(",") if m.strip()]
-    if not models:
-        raise ConfigError("needs at least one model name", option="models", value=text)
-    twice = sorted({m for m in models if models.count(m) > 1})
-    if twice:
-        raise ConfigError(f"names {twice} more than once", option="models", value=text)
-    return models
-
-
-def _judge_prices(
-    given: Sequence[tuple[str, float, float]], models: Sequence[str]
-) -> dict[str, tuple[float, float]]:
-    prices = {model: (price_in, price_out) for model, price_in, price_out in given}
-    unknown = sorted(set(prices) - set(models))
-    if unknown:
-        raise ConfigError(f"names model(s) {unknown} that are not in --models", option="price")
-    for model, pair in prices.items():
-        if not all(math.isfinite(p) and p >= 0 for p in pair):
-            raise ConfigError(
-                f"{model}: prices must be zero or more, got {pair[0]:g},{pair[1]:g}",
-                option="price",
-            )
-    return prices
 
 
 def _plot_file(path: str | None) -> str | None:

@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from evaluator import ContractReport, JudgesReport, Report
+    from evaluator import ContractReport, Report
 
 __all__ = [
     "console",
-    "print_judges",
     "print_report",
     "print_steps",
     "reserved_stdout",
@@ -100,61 +99,5 @@ def print_report(report: Report, out: Console, *, interrupted: bool, output: str
         out.print(f"results: {output}", markup=False)
 
 
-_JUDGE_COLUMNS = (
-    "model",
-    "scored",
-    "errors",
-    "mean",
-    "$/1k ex",
-    "$ total",
-    "in tok/ex",
-    "out tok/ex",
-    "p50 ms",
-    "p95 ms",
-    "429s",
-    "retries",
-    "agreement [95% CI]",
-)
-
-
 def _fmt(value: float | None, spec: str, unknown: str = "–") -> str:
     return unknown if value is None else format(value, spec)
-
-
-def print_judges(report: JudgesReport) -> None:
-    """The judges' table (one row per model, the Pareto front starred), then each
-    model's failure or the reason its cost is unknown."""
-    from rich.table import Table
-
-    verdicts = report.kind == "verdicts"
-    against = report.reference or "nothing (no reference)"
-    table = Table(title=f"Judges on {report.examples} examples; agreement against {against}")
-    for name in (*_JUDGE_COLUMNS, "kappa" if verdicts else "pearson", "front"):
-        table.add_column(name, justify="left" if name == "model" else "right")
-    for row in report.rows:
-        ci = f" [{row.agreement_ci[0]:.2f}, {row.agreement_ci[1]:.2f}]" if row.agreement_ci else ""
-        unknown = "unknown" if row.cost_note else "–"
-        table.add_row(
-            row.model,
-            str(row.scored),
-            str(row.errors),
-            _fmt(row.mean_score, ".3f"),
-            _fmt(row.cost_per_1k_usd, ".4f", unknown),
-            _fmt(row.cost_usd, ".5f", unknown),
-            _fmt(row.input_tokens_per_example, ".0f"),
-            _fmt(row.output_tokens_per_example, ".0f"),
-            _fmt(row.latency_p50_ms, ".0f"),
-            _fmt(row.latency_p95_ms, ".0f"),
-            str(row.rate_limited),
-            str(row.retries),
-            _fmt(row.agreement, ".3f") + ci,
-            _fmt(row.kappa if verdicts else row.pearson, ".3f"),
-            "★" if row.pareto else "",
-        )
-    out = console(wide=True)
-    out.print(table)
-    for row in report.rows:
-        if row.failure:
-            out.print(f"[red]{row.model}[/red]: {row.failure}", markup=True)
-        elif row.cost_note:
-            out.print(f"{row.model}: cost unknown: {row.cost_note}")

@@ -1,10 +1,12 @@
-"""The one step that readies the models of ``run`` and ``judges``.
+"""The step that readies the models of ``run``.
 
 From the flags (a :class:`~._options.ServingOptions`) it builds each ``ModelConfig``,
 checks that every API key is there before any work starts (a missing key is a usage
 error now, not one failed row per example later), and with ``--simulator`` starts the
-simulator on 127.0.0.1 and points every model at it (no key then). Both commands go
-through it, so a model flag means the same in each.
+simulator on 127.0.0.1 and points every model at it (no key then). ``judges`` readies
+its models with the library's ``evaluator._judges.judges_from_flags`` and
+``serve_judges`` (one simulator per provider, keys per model), which follow the same
+rules: keys checked last and named by variable, no key sent to a simulator.
 """
 
 from __future__ import annotations

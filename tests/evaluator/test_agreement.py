@@ -1,9 +1,11 @@
 """Tests of ``evaluator._agreement``: agreement, kappa, Pearson, bootstrap, Pareto front,
-each against values worked out by hand on small fixed sets."""
+repeatability (flip-free share, Fleiss' kappa, ICC, within-example std, majority) and the
+confusion matrix, each against values worked out by hand on small fixed sets."""
 
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Hashable, Sequence
 
 import pytest
@@ -12,8 +14,15 @@ from evaluator._agreement import (
     agreement_rate,
     bootstrap_ci,
     cohens_kappa,
+    confusion_counts,
+    fleiss_kappa,
+    icc_oneway,
+    majority,
+    mean_difference,
     pareto_front,
     pearson,
+    stable_share,
+    within_std,
 )
 
 # The textbook 2x2 table: 20 both yes, 5 A-yes/B-no, 10 A-no/B-yes, 15 both no.
@@ -219,3 +228,142 @@ class TestParetoFront:
         """NaN is refused: None is how an unknown value is written."""
         with pytest.raises(ValueError, match="None"):
             pareto_front([(math.nan, 0.5)])
+
+
+# Six examples judged three times (1 = PASS). Counts (pass, fail) per example:
+# (3,0) (2,1) (0,3) (1,2) (2,1) (0,3). P_i = (sum n_ij^2 - 3) / 6: 1, 1/3, 1, 1/3, 1/3, 1,
+# so P = 4/6. Passes 8 of 18: p = 4/9, 5/9, P_e = 41/81.
+# kappa = (54/81 - 41/81) / (40/81) = 13/40 = 0.325. Never flips: 3 of 6.
+REPEATS = [[1, 1, 1], [1, 0, 1], [0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 0, 0]]
+
+
+class TestStableShare:
+    def test_hand_computed(self) -> None:
+        """Three of the six examples keep one verdict across their repeats: 0.5."""
+        assert stable_share(REPEATS) == 0.5
+
+    def test_all_stable(self) -> None:
+        """Repeats that never differ give 1.0."""
+        assert stable_share([["a", "a"], ["b", "b"]]) == 1.0
+
+    def test_uneven_repeats_refused(self) -> None:
+        """Items with different numbers of ratings are refused, naming both."""
+        with pytest.raises(ValueError, match="item 0 has 2, item 1 has 3"):
+            stable_share([[1, 1], [1, 1, 1]])
+
+    def test_one_repeat_refused(self) -> None:
+        """One rating per item cannot show a flip: refused."""
+        with pytest.raises(ValueError, match="at least 2 ratings"):
+            stable_share([[1], [0]])
+
+
+class TestFleissKappa:
+    def test_hand_computed(self) -> None:
+        """The six-example set above: kappa = 13/40."""
+        assert fleiss_kappa(REPEATS) == pytest.approx(13 / 40)
+
+    def test_wikipedia_table(self) -> None:
+        """Fleiss' (1971) worked example as on Wikipedia: 10 items, 14 raters, 5 categories,
+        kappa 0.210."""
+        table = [
+            [0, 0, 0, 0, 14],
+            [0, 2, 6, 4, 2],
+            [0, 0, 3, 5, 6],
+            [0, 3, 9, 2, 0],
+            [2, 2, 8, 1, 1],
+            [7, 7, 0, 0, 0],
+            [3, 2, 6, 3, 0],
+            [2, 5, 3, 2, 2],
+            [6, 5, 2, 1, 0],
+            [0, 2, 2, 3, 7],
+        ]
+        ratings = [[j for j, c in enumerate(row) for _ in range(c)] for row in table]
+        assert fleiss_kappa(ratings) == pytest.approx(0.20993, abs=1e-5)
+
+    def test_two_repeats_are_scotts_pi(self) -> None:
+        """With two ratings per item Fleiss' kappa is Scott's pi: agreement 3/4, pooled
+        passes 5 of 8, P_e = 34/64, kappa (48/64 - 34/64) / (30/64) = 14/30."""
+        assert fleiss_kappa([[1, 1], [0, 0], [1, 0], [1, 1]]) == pytest.approx(14 / 30)
+
+    def test_one_label_everywhere(self) -> None:
+        """Every rating the same label: perfect agreement, 1.0 (not 0/0)."""
+        assert fleiss_kappa([["PASS"] * 3] * 4) == 1.0
+
+    def test_every_item_split(self) -> None:
+        """Every item split evenly between two labels: below chance, -1/(n-1) = -1."""
+        assert fleiss_kappa([[1, 0], [0, 1], [1, 0]]) == pytest.approx(-1.0)
+
+
+class TestIccOneway:
+    def test_hand_computed(self) -> None:
+        """Items (1,2), (3,4), (5,6): MSB 8, MSW 0.5, ICC (8 - 0.5) / (8 + 0.5) = 15/17."""
+        assert icc_oneway([[1, 2], [3, 4], [5, 6]]) == pytest.approx(15 / 17)
+
+    def test_no_within_variance(self) -> None:
+        """Repeats that never differ, items that do: 1.0."""
+        assert icc_oneway([[1.0, 1.0], [3.0, 3.0]]) == pytest.approx(1.0)
+
+    def test_nothing_varies(self) -> None:
+        """No score varies at all: the repeats agree perfectly, 1.0 (not 0/0)."""
+        assert icc_oneway([[2.0, 2.0], [2.0, 2.0]]) == 1.0
+
+    def test_one_item_is_none(self) -> None:
+        """One item has no between-item variance to compare with: None."""
+        assert icc_oneway([[1.0, 2.0]]) is None
+
+    def test_close_to_fleiss_on_many_verdicts(self) -> None:
+        """On 0/1 scores ICC(1,1) and Fleiss' kappa differ by a term that shrinks with the
+        number of items: within 0.005 on 2,000 items (0.07 apart on the six above)."""
+        rng = random.Random(1)
+        items = []
+        for _ in range(2000):
+            p = rng.random()
+            items.append([int(rng.random() < p) for _ in range(3)])
+        assert icc_oneway(items) == pytest.approx(fleiss_kappa(items), abs=0.005)
+
+
+class TestWithinStd:
+    def test_hand_computed(self) -> None:
+        """Sample std of (1, 3) is sqrt(2); of (2, 2) is 0: mean sqrt(2)/2."""
+        assert within_std([[1, 3], [2, 2]]) == pytest.approx(math.sqrt(2) / 2)
+
+
+class TestMajority:
+    @pytest.mark.parametrize(
+        ("verdicts", "want"),
+        [
+            ([True, True, False], (True, False)),
+            ([False, True, False], (False, False)),
+            ([True], (True, False)),
+            ([False, True], (False, True)),
+            ([True, False, False, True], (True, True)),
+        ],
+    )
+    def test_values(self, verdicts: list[bool], want: tuple[bool, bool]) -> None:
+        """The majority wins; a tie takes the first verdict and says it was a tie."""
+        assert majority(verdicts) == want
+
+    def test_empty(self) -> None:
+        """No verdict has no majority: refused."""
+        with pytest.raises(ValueError, match="at least one"):
+            majority([])
+
+
+class TestConfusionCounts:
+    def test_hand_computed(self) -> None:
+        """Judge P P P P F F F F against P P P F F F P P: 3 both pass, 1 false pass,
+        2 false fails, 2 both fail."""
+        judge = [True] * 4 + [False] * 4
+        ref = [True, True, True, False, False, False, True, True]
+        assert confusion_counts(judge, ref) == (3, 1, 2, 2)
+
+    def test_unequal_lengths(self) -> None:
+        """Verdicts must pair up with the reference's."""
+        with pytest.raises(ValueError, match="pair up"):
+            confusion_counts([True], [True, False])
+
+
+class TestMeanDifference:
+    def test_hand_computed(self) -> None:
+        """(2,2,4,4) against (1,2,3,5): differences 1, 0, 1, -1, mean 0.25."""
+        assert mean_difference([2, 2, 4, 4], [1, 2, 3, 5]) == pytest.approx(0.25)

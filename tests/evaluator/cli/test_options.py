@@ -116,8 +116,8 @@ CASES = [
     ([*JUDGE, "--data", "nope.jsonl"], "--data nope.jsonl: no such file"),
     ([*JUDGE, "--models", " , "], "--models needs at least one model name"),
     ([*JUDGE, "--models", "a,b,a"], "--models names ['a'] more than once"),
-    ([*JUDGE, "--reference", "zzz"], "--reference 'zzz' is not one of --models ['judge-mini']"),
-    ([*JUDGE, "--price", "other=1,2"], "--price names model(s) ['other'] that are not in --models"),
+    ([*JUDGE, "--reference", "zzz"], "--reference 'zzz' is not one of the models ['judge-mini']"),
+    ([*JUDGE, "--price", "other=1,2"], "--price names model 'other', which is not one of ['judge-mini']"),
     ([*JUDGE, "--price", "judge-mini=-1,2"], "--price judge-mini: prices must be zero or more, got -1,2"),
     ([*JUDGE, "--base-url", "localhost:8000"], "--base-url must be a URL starting with http:// or https://"),
     ([*JUDGE, "--api-key-env", ""], "--api-key-env must name an environment variable"),
@@ -272,6 +272,10 @@ class TestRunOptions:
 
 
 class TestJudgesOptions:
+    @pytest.fixture(autouse=True)
+    def _key(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+
     def test_reference_defaults_to_the_first_model(self) -> None:
         """Agreement is against the first model unless --reference or --labels says."""
         assert options([*JUDGE[:-1], "a,b"]).reference == "a"
@@ -282,11 +286,12 @@ class TestJudgesOptions:
     def test_models_with_their_prices(self) -> None:
         """Each model is one request at --base-url, with its own --price when given."""
         got = options([*JUDGE[:-1], "a, b", "--base-url", "http://h/v1", "--price", "b=1,2"])
-        assert isinstance(got, JudgesOptions) and got.models == ("a", "b")
-        assert got.serving.models == (
-            ModelRequest("a", "a", "http://h/v1", None, None),
-            ModelRequest("b", "b", "http://h/v1", 1.0, 2.0),
-        )
+        assert isinstance(got, JudgesOptions)
+        assert [(j.label, j.model, j.base_url) for j in got.judges] == [
+            ("a", "a", "http://h/v1"),
+            ("b", "b", "http://h/v1"),
+        ]
+        assert [(j.price_input, j.price_output) for j in got.judges] == [(None, None), (1.0, 2.0)]
 
 
 class TestSimulatorOptions:

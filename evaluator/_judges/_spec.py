@@ -1,0 +1,127 @@
+"""One judge model as the user described it: :class:`JudgeSpec`, and its errors.
+
+A spec is what a models file entry (or a ``--models`` name) says about one judge: the
+name the server knows it by, the label rows and ``--reference`` use, where it is served
+and which environment variable holds its key, its prices, limits and call options. It
+turns into one :class:`llm_client.ModelConfig` per judge, so that each key travels only
+with its own base URL: the rate governor and the HTTP client are per config.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from llm_client import ModelConfig, ModelConfigError
+
+from .._exceptions import ConfigError
+
+__all__ = ["DEFAULT_BASE_URL", "DEFAULT_KEY_ENV", "JudgeSpec", "ModelsFileError"]
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+
+#: Spec fields passed to ModelConfig under the same name when they are set.
+_CONFIG_FIELDS = (
+    "base_url",
+    "api_key_env",
+    "rpm",
+    "tpm",
+    "max_concurrency",
+    "timeout",
+    "max_retries",
+    "price_input",
+    "price_output",
+    "price_cached_input",
+    "temperature",
+    "max_tokens",
+    "reasoning_effort",
+)
+
+
+class ModelsFileError(ConfigError):
+    """A mistake in a models file: names the file (and line when known), the model or
+    provider table, the key, what is wrong and how to fix it."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        problem: str,
+        *,
+        where: str | None = None,
+        key: str | None = None,
+        line: int | None = None,
+    ) -> None:
+        self.path = str(path)
+        self.detail = problem
+        self.where = where
+        self.key = key
+        self.line = line
+        head = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{head}: {where}: {problem}" if where else f"{head}: {problem}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_models_file_error, (self.path, self.detail, self.where, self.key, self.line))
+
+
+def _models_file_error(
+    path: str, problem: str, where: str | None, key: str | None, line: int | None
+) -> ModelsFileError:
+    return ModelsFileError(path, problem, where=where, key=key, line=line)
+
+
+class JudgeSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """One judge: a model behind an OpenAI-compatible base URL, and how to call it.
+
+    ``label`` names the row (unique within a comparison); ``model`` is the name the server
+    knows. ``provider`` is the models file's provider table, if any. ``api_key_env`` is
+    the *name* of the environment variable holding the key (None: send no key); the key
+    itself is read only when the model's client opens. Unset limits, prices and options
+    (None) take the ModelConfig defaults. ``source`` says where the spec came from, for
+    error messages; ``simulated`` is True once the spec points at a local simulator.
+    """
+
+    label: str
+    model: str
+    provider: str | None = None
+    base_url: str = DEFAULT_BASE_URL
+    api_key_env: str | None = DEFAULT_KEY_ENV
+    rpm: float | None = None
+    tpm: float | None = None
+    max_concurrency: int | None = None
+    timeout: float | None = None
+    max_retries: int | None = None
+    price_input: float | None = None
+    price_output: float | None = None
+    price_cached_input: float | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    reasoning_effort: str | None = None
+    source: str = ""
+    simulated: bool = False
+
+    @property
+    def served_by(self) -> str:
+        """What one simulated provider stands for: the provider table, else the base URL."""
+        return self.provider if self.provider is not None else self.base_url
+
+    def config(self) -> ModelConfig:
+        """The model client's config; ModelConfigError when a value is out of range."""
+        fields: dict[str, Any] = {"model": self.model, "api_key_env": self.api_key_env}
+        for name in _CONFIG_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                fields[name] = value
+        unsupported = [name for name in fields if name not in ModelConfig.__struct_fields__]
+        if unsupported:
+            # llm_client.ModelConfig has no per-model default for it yet: refusing beats
+            # silently calling the model with an option the user did not get.
+            raise ModelConfigError(
+                f"`{unsupported[0]}` cannot be sent as a per-model option yet: the model "
+                "client sends temperature and max_tokens with every call, not "
+                f"{unsupported[0]}; remove it, or pass llm(..., {unsupported[0]}=...) in the "
+                "metric (it then applies to every model)"
+            )
+        return ModelConfig(**fields)
