@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 __all__ = ["main"]
 
-_SUBCOMMANDS = ("_cli_check", "_cli_run", "_cli_judges", "_cli_simulator")
+_SUBCOMMANDS = ("_cli_check", "_cli_run", "_cli_judges", "_cli_simulator", "_cli_report")
 
 
 class _Parser(argparse.ArgumentParser):
