@@ -250,8 +250,10 @@ def build_report(
     comparison = None
     pairing = None
     if base is not None:
-        comparison = compare_results(current.results, base.results, tolerance=tolerance)
         pairing = pair_results(current.results, base.results)
+        comparison = compare_results(
+            current.results, base.results, tolerance=tolerance, pairing=pairing
+        )
     rows = build_rows(
         current.results,
         lines=current.line_numbers,

@@ -188,17 +188,20 @@ def compare_results(
     resamples: int = 2000,
     confidence: float = 0.95,
     seed: int = 0,
+    pairing: Pairing | None = None,
 ) -> Comparison:
     """Compare this run's results with a baseline's, matched by example id.
 
     ``tolerance``: a difference of at most this much counts as the same score (for
     metrics with a measured speed or cost part, whose scores move a little every run).
+    ``pairing``: :func:`pair_results` of the two, when the caller has it already.
     """
     if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)):
         raise ValueError(f"`tolerance` must be a number, got {tolerance!r}")
     if not math.isfinite(tolerance) or tolerance < 0:
         raise ValueError(f"`tolerance` must be 0 or more, got {tolerance!r}")
-    pairing = pair_results(current, baseline)
+    if pairing is None:
+        pairing = pair_results(current, baseline)
     deltas: list[float] = []
     counts = {"worse": 0, "same": 0, "better": 0}
     newly_failing = fixed = 0

@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 
 from ._compare import Comparison
-from ._rows import STATUS_CODES, PageRows, encode_json
+from ._rows import STATUS_CODES, PageRows, encode_json, pack
 from ._stats import Distribution, ErrorGroup, RunSummary
 
 __all__ = ["Page", "render_page"]
@@ -458,8 +458,9 @@ def controls(page: Page) -> str:
 def render_page(page: Page) -> str:
     """The whole report as one HTML document."""
     css, js = _asset("report.css"), _asset("report.js")
-    data = encode_json(
+    config = encode_json(
         {
+            "n": len(page.rows.columns["id"]),
             "compare": page.comparison is not None,
             "kinds": page.rows.kinds,
             "named": list(page.rows.columns["named"]),
@@ -470,10 +471,10 @@ def render_page(page: Page) -> str:
                 "cost": page.summary.program_ran > 0 or page.summary.judge_calls > 0,
                 "out": any(page.rows.columns["out"]),
             },
-            "columns": page.rows.columns,
         }
     ).decode("utf-8")
-    details = b"\n".join(page.rows.details).decode("utf-8")
+    columns = pack(encode_json(page.rows.columns))
+    details = pack(page.rows.details)
     policy = (
         f"default-src 'none'; script-src 'sha256-{_sha256(js)}'; "
         f"style-src 'sha256-{_sha256(css)}'; img-src data:; base-uri 'none'; form-action 'none'"
@@ -527,8 +528,9 @@ def render_page(page: Page) -> str:
             '<button id="detail-next" type="button" title="Next (↓)">↓</button>'
             '<button id="detail-close" type="button" title="Close (Esc)">✕</button></div>'
             '<div id="detail-body"></div></aside>',
-            f'<script type="application/json" id="report-data">{data}</script>',
-            f'<script type="application/x-ndjson" id="report-details">{details}</script>',
+            f'<script type="application/json" id="report-config">{config}</script>',
+            f'<script type="application/octet-stream" id="report-columns">{columns}</script>',
+            f'<script type="application/octet-stream" id="report-details">{details}</script>',
             f"<script>{js}</script>",
             "</body></html>\n",
         ]

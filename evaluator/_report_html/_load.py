@@ -29,7 +29,7 @@ from typing import Any
 import msgspec
 
 from .._exceptions import EvaluationError
-from .._results import Result
+from .._results import Observation, Result, Usage
 
 __all__ = [
     "HEADER_KEY",
@@ -65,12 +65,33 @@ class ResultsFileError(EvaluationError, ValueError):
         super().__init__(f"{where}: {problem}; {fix}")
 
 
-class ReportLine(Result, gc=False):
-    """A result as read for a report: a :class:`Result`, plus the example's ``input`` and
-    ``expected`` when the line carries them (``msgspec.UNSET`` when it does not)."""
+class _Observation(Observation, frozen=True, omit_defaults=True, gc=False):
+    """An :class:`Observation` that leaves its default fields out when encoded."""
 
+
+class _Usage(Usage, frozen=True, omit_defaults=True, gc=False):
+    """A :class:`Usage` that leaves its default fields out when encoded."""
+
+
+class ReportLine(Result, omit_defaults=True, gc=False):
+    """A result as read for a report: a :class:`Result`, plus the example's ``input`` and
+    ``expected`` when the line carries them (``msgspec.UNSET`` when it does not).
+
+    It and its parts encode without their default fields: the page carries every example
+    whole, and a zero token count repeated 100,000 times is only weight.
+    """
+
+    observation: Observation = _Observation()
+    judge: Usage = _Usage()
     input: Any = msgspec.UNSET
     expected: Any = msgspec.UNSET
+
+
+class _DecodedLine(ReportLine, gc=False):
+    """The decoding type: the parts are decoded as their compact forms."""
+
+    observation: _Observation = _Observation()
+    judge: _Usage = _Usage()
 
 
 class ResultsFile(msgspec.Struct, kw_only=True):
@@ -89,7 +110,8 @@ class ResultsFile(msgspec.Struct, kw_only=True):
     line_numbers: list[int] | None = None
 
 
-_decode_line = msgspec.json.Decoder(ReportLine).decode
+_decoder = msgspec.json.Decoder(_DecodedLine)
+_decode_line = _decoder.decode
 _decode_any = msgspec.json.Decoder().decode
 
 
@@ -121,6 +143,53 @@ def load_results_file(path: str | PathLike[str]) -> ResultsFile:
     data = p.read_bytes()
     if data.startswith(_BOM):
         data = data[len(_BOM) :]
+    header, body, skipped = _split_header(data)
+    results: list[Result] | None = None
+    if body.endswith(b"\n") and b"\n\n" not in body:
+        try:
+            # The common case, a whole file of results: one call, no Python per line.
+            results = list(_decoder.decode_lines(body))
+        except (msgspec.DecodeError, RecursionError):
+            results = None  # read it line by line below, to say which line is wrong
+    if results is not None:
+        numbers = list(range(skipped + 1, skipped + 1 + len(results)))
+        sessions: list[tuple[int, dict[str, Any]]] = []
+        if header is not None:
+            header = _header(name, 1, header)
+    else:
+        header, results, numbers, sessions = _read_lines(name, data)
+    if not results:
+        raise ResultsFileError(
+            name,
+            None,
+            "holds no results" + (" (only a header)" if header is not None else ""),
+            "the run wrote none yet; run `skynet-eval run ... --output FILE` to completion",
+        )
+    _refuse_duplicates(name, results, numbers)
+    return ResultsFile(
+        path=name, results=results, header=header, sessions=sessions, line_numbers=numbers
+    )
+
+
+def _split_header(data: bytes) -> tuple[dict[str, Any] | None, bytes, int]:
+    """A header on the first line, the lines after it, and how many lines it took."""
+    end = data.find(b"\n")
+    first = data if end < 0 else data[:end]
+    if HEADER_KEY.encode() not in first:
+        return None, data, 0
+    try:
+        value = _decode_any(first)
+    except (msgspec.DecodeError, RecursionError):
+        return None, data, 0
+    if not isinstance(value, dict) or HEADER_KEY not in value:
+        return None, data, 0
+    return value, (b"" if end < 0 else data[end + 1 :]), 1
+
+
+def _read_lines(
+    name: str, data: bytes
+) -> tuple[dict[str, Any] | None, list[Result], list[int], list[tuple[int, dict[str, Any]]]]:
+    """Every line on its own: slower, but a bad line is found and named."""
     parts = data.split(b"\n")
     last = len(parts) - 1  # parts[last] is what follows the final newline (b"" normally)
     results: list[Result] = []
@@ -135,23 +204,13 @@ def load_results_file(path: str | PathLike[str]) -> ResultsFile:
             numbers.append(index + 1)
             continue
         except (msgspec.DecodeError, RecursionError) as exc:
-            error = exc
+            error: Exception = exc
         found = _not_a_result(name, index + 1, raw, error, torn=index == last)
         if header is None and not results and not sessions:
-            header = found
+            header = _header(name, index + 1, found)
         else:
-            sessions.append((index + 1, found))
-    if not results:
-        raise ResultsFileError(
-            name,
-            None,
-            "holds no results" + (" (only a header)" if header is not None else ""),
-            "the run wrote none yet; run `skynet-eval run ... --output FILE` to completion",
-        )
-    _refuse_duplicates(name, results, numbers)
-    return ResultsFile(
-        path=name, results=results, header=header, sessions=sessions, line_numbers=numbers
-    )
+            sessions.append((index + 1, _header(name, index + 1, found)))
+    return header, results, numbers, sessions
 
 
 def _not_a_result(
@@ -186,7 +245,7 @@ def _not_a_result(
             "writes it; delete or repair that line",
         ) from None
     if isinstance(value, dict) and HEADER_KEY in value:
-        return _header(path, number, value)
+        return value
     if not isinstance(value, dict):
         problem = f"a JSON {type(value).__name__}, not a result object: {quoted}"
     elif "example_id" not in value or "score" not in value:

@@ -2,11 +2,15 @@
 
 The table needs a few short fields of every example at once (to filter, sort and scroll
 100,000 rows); the detail panel needs everything about one example, but only when it is
-opened. So the data goes into the page twice over, in two forms: ``columns``, a JSON
-object of arrays (one per field, parsed at load), and ``details``, one JSON line per row
-(kept as text and parsed one line at a time, on click). Nothing is stored twice: the full
-feedback lives in ``columns`` (it is searched), outputs, inputs and measurements in
-``details``; the table shows outputs shortened (``_PREVIEW`` characters).
+opened. So the data goes into the page in two parts: ``columns``, a JSON object of arrays
+(one per field), and ``details``, one JSON line per row (each result whole, with its
+baseline counterpart and its input and expected value), parsed one line at a time when
+an example is opened.
+
+Both parts are compressed (zlib, level 1) and stored as base64, which the page inflates
+with the browser's own ``DecompressionStream``: a 100,000-example run is a page of tens of
+megabytes rather than a hundred, and compression costs well under a second. Base64 also
+means no string from the results is ever HTML inside the page's data.
 
 Row order: this run's results in file order, then the baseline's examples that this run
 is missing. Status codes (``st``) follow :data:`STATUS_CODES`.
@@ -14,24 +18,23 @@ is missing. Status codes (``st``) follow :data:`STATUS_CODES`.
 
 from __future__ import annotations
 
+import base64
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
 
-from .._results import Observation, Result, Usage
+from .._results import Result
 from ._compare import Pairing, status_of
 from ._load import Joined, ReportLine, id_key
 
-__all__ = ["STATUS_CODES", "PageRows", "build_rows", "encode_json", "id_text"]
+__all__ = ["STATUS_CODES", "PageRows", "build_rows", "encode_json", "id_text", "pack"]
 
 # Rank order of the comparison: regressions first, then what is on one side only.
 STATUS_CODES = ("worse", "missing", "new", "same", "better")
 _WORSE, _MISSING, _NEW, _SAME, _BETTER = range(5)
-_PREVIEW = 160
-
-_OBS_DEFAULTS = msgspec.structs.asdict(Observation())
-_USAGE_DEFAULTS = msgspec.structs.asdict(Usage())
+_PREVIEW = 120
 
 
 def _fallback(value: Any) -> Any:
@@ -56,6 +59,13 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def _encode(value: Any) -> bytes:
+    try:
+        return _encoder.encode(value)
+    except (UnicodeEncodeError, TypeError, ValueError, OverflowError):
+        return _encoder.encode(_clean(value))
+
+
 def encode_json(value: Any) -> bytes:
     """JSON bytes safe to place inside a ``<script>`` element of an HTML page.
 
@@ -63,11 +73,13 @@ def encode_json(value: Any) -> bytes:
     friends mean the same characters: so no string (``</script>``, ``<!--``) can end the
     element or open a tag, whatever the results hold.
     """
-    try:
-        raw = _encoder.encode(value)
-    except (UnicodeEncodeError, TypeError, ValueError, OverflowError):
-        raw = _encoder.encode(_clean(value))
+    raw = _encode(value)
     return raw.replace(b"<", b"\\u003c").replace(b">", b"\\u003e").replace(b"&", b"\\u0026")
+
+
+def pack(raw: bytes) -> str:
+    """Compressed and base64-encoded: what the page's ``inflate`` reads back."""
+    return base64.b64encode(zlib.compress(raw, 1)).decode("ascii")
 
 
 def id_text(example_id: Any) -> str:
@@ -84,136 +96,91 @@ def _preview(output: Any) -> str:
     if output is None:
         return ""
     if isinstance(output, str):
-        text = output
+        text = output if len(output) <= _PREVIEW else output[: _PREVIEW * 2]
     else:
-        try:
-            text = _encoder.encode(output).decode("utf-8", "replace")
-        except (UnicodeEncodeError, TypeError, ValueError, OverflowError):
-            text = repr(output)
-    text = " ".join(text[: _PREVIEW * 2].split())
+        text = _encode(output)[: _PREVIEW * 4].decode("utf-8", "replace")
+    if "\n" in text or "  " in text or "\t" in text:
+        text = " ".join(text.split())
     return text if len(text) <= _PREVIEW else text[: _PREVIEW - 1] + "…"
 
 
-def _changed(value: msgspec.Struct, defaults: Mapping[str, Any], keep: bool) -> dict[str, Any]:
-    """The fields that differ from their defaults; with ``keep``, the time and cost always
-    (a measured $0 is worth showing, and an unmeasured one must say so)."""
-    return {
-        k: v
-        for k, v in msgspec.structs.asdict(value).items()
-        if v != defaults[k] or (keep and k in ("duration_ms", "cost_usd"))
-    }
+class Detail(msgspec.Struct, omit_defaults=True, gc=False):
+    """What the detail panel shows of one row: this run's result (``r``), the baseline's
+    (``b``), the results file lines, and the input and expected value with their source
+    (``"data"``: joined from the dataset; ``"line"``: carried by the result line;
+    ``"none"``: no dataset given; ``"missing"``: the dataset has no such id)."""
 
-
-def _round_ms(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
-
-
-def _cost(result: Result) -> float | None:
-    program = result.observation.cost_usd if result.observation.duration_ms is not None else 0.0
-    judge = result.judge.cost_usd
-    if program is None or judge is None:
-        return None
-    return program + judge
-
-
-def _side(result: Result, line: int | None, *, feedback: bool = False) -> dict[str, Any]:
-    """The detail of one result (one side of a comparison). This run's feedback is in the
-    columns already; the baseline's is only here (``feedback=True``)."""
-    out: dict[str, Any] = {"output": result.output, "score": result.score}
-    if feedback:
-        out["feedback"] = result.feedback
-    if result.scores:
-        out["scores"] = result.scores
-    if result.error is not None:
-        out["kind"] = result.error.kind
-        out["message"] = result.error.message
-    ran = result.observation.duration_ms is not None
-    obs = _changed(result.observation, _OBS_DEFAULTS, ran)
-    if obs:
-        out["observation"] = obs
-    judge = _changed(result.judge, _USAGE_DEFAULTS, result.judge.llm_calls > 0)
-    if judge:
-        out["judge"] = judge
-    if result.metric_ms is not None:
-        out["metric_ms"] = result.metric_ms
-    if result.extra:
-        out["extra"] = result.extra
-    if line is not None:
-        out["line"] = line
-    return out
+    r: Result | None = None
+    b: Result | None = None
+    line: int | None = None
+    bline: int | None = None
+    src: str = "none"
+    input: Any = msgspec.UNSET
+    expected: Any = msgspec.UNSET
 
 
 class PageRows(msgspec.Struct, frozen=True):
-    """The table's columns, the error kinds they index, and one detail line per row."""
+    """The table's columns, the error kinds they index, and the details: one line a row,
+    each ending with a newline."""
 
     columns: dict[str, Any]
     kinds: list[str]
-    details: list[bytes]
+    details: bytes
 
 
-class _Source:
-    """Where an example's input and expected value come from, for the detail panel."""
+def _carries_inputs(result: Result) -> bool:
+    return isinstance(result, ReportLine) and (
+        result.input is not msgspec.UNSET or result.expected is not msgspec.UNSET
+    )
 
-    def __init__(self, examples: Mapping[Any, Joined] | None) -> None:
-        self.examples = examples
 
-    def add(self, detail: dict[str, Any], result: Result) -> None:
+def _sources(
+    results: Sequence[Result], examples: Mapping[Any, Joined] | None
+) -> list[tuple[str, Any, Any]]:
+    """(source, input, expected) of each result, as :class:`Detail` describes them."""
+    unset = msgspec.UNSET
+    if examples is None and not any(map(_carries_inputs, results)):
+        return [("none", unset, unset)] * len(results)
+    out: list[tuple[str, Any, Any]] = []
+    for result in results:
         if isinstance(result, ReportLine) and (
-            result.input is not msgspec.UNSET or result.expected is not msgspec.UNSET
+            result.input is not unset or result.expected is not unset
         ):
-            detail["source"] = "line"
-            detail["input"] = None if result.input is msgspec.UNSET else result.input
-            detail["expected"] = None if result.expected is msgspec.UNSET else result.expected
-            return
-        if self.examples is None:
-            detail["source"] = "none"
-            return
-        joined = self.examples.get(id_key(result.example_id))
-        if joined is None:
-            detail["source"] = "missing"
-            return
-        detail["source"] = "data"
-        detail["input"] = joined.input
-        detail["expected"] = joined.expected
+            given_input = None if result.input is unset else result.input
+            expected = None if result.expected is unset else result.expected
+            out.append(("line", given_input, expected))
+        elif examples is None:
+            out.append(("none", unset, unset))
+        else:
+            joined = examples.get(id_key(result.example_id))
+            if joined is None:
+                out.append(("missing", unset, unset))
+            else:
+                out.append(("data", joined.input, joined.expected))
+    return out
 
 
-class _Table:
-    """Columns filled one row at a time."""
+def _details(details: list[Detail]) -> bytes:
+    try:
+        return _encoder.encode_lines(details)
+    except (UnicodeEncodeError, TypeError, ValueError, OverflowError):
+        # One row holds what JSON cannot (a lone surrogate in a string): encode row by row.
+        return b"".join(_encode(d) + b"\n" for d in details)
 
-    def __init__(self, named: Sequence[str], compare: bool) -> None:
-        self.kinds: dict[str, int] = {}
-        self.c: dict[str, list[Any]] = {
-            k: [] for k in ("id", "sc", "ek", "fb", "out", "pms", "mms", "cost")
-        }
-        self.named: dict[str, list[float | None]] = {name: [] for name in named}
-        self.compare = compare
-        if compare:
-            self.c.update({"bs": [], "d": [], "st": [], "bek": []})
 
-    def kind(self, result: Result | None) -> int:
-        if result is None or result.error is None:
-            return -1
-        return self.kinds.setdefault(result.error.kind, len(self.kinds))
+def _ms(values: Sequence[float | None]) -> list[float | None]:
+    # A microsecond is finer than anyone reads; fewer digits make the page smaller.
+    return [None if v is None else round(v, 3) for v in values]
 
-    def add(self, shown: Result, current: Result | None, base: Result | None, st: int) -> None:
-        c = self.c
-        c["id"].append(id_text(shown.example_id))
-        c["sc"].append(None if current is None else current.score)
-        c["ek"].append(self.kind(current))
-        c["fb"].append(shown.feedback)
-        c["out"].append(_preview(shown.output))
-        c["pms"].append(_round_ms(shown.observation.duration_ms) if current else None)
-        c["mms"].append(_round_ms(shown.metric_ms) if current else None)
-        c["cost"].append(_cost(shown) if current else None)
-        scores = current.scores if current is not None and current.error is None else {}
-        for name, column in self.named.items():
-            column.append(scores.get(name))
-        if self.compare:
-            c["bs"].append(None if base is None else base.score)
-            delta = None if current is None or base is None else current.score - base.score
-            c["d"].append(delta)
-            c["st"].append(st)
-            c["bek"].append(self.kind(base))
+
+def _costs(results: Sequence[Result]) -> list[float | None]:
+    """Program plus judge cost per example; None when either was not measured."""
+    out: list[float | None] = []
+    for r in results:
+        obs, judge = r.observation, r.judge.cost_usd
+        program = obs.cost_usd if obs.duration_ms is not None else 0.0
+        out.append(None if program is None or judge is None else program + judge)
+    return out
 
 
 def build_rows(
@@ -227,40 +194,63 @@ def build_rows(
     examples: Mapping[Any, Joined] | None = None,
 ) -> PageRows:
     """Columns and details for this run's results (and the baseline's, when given)."""
-    named = sorted({name for r in current if r.error is None for name in r.scores})
     compare = baseline is not None and pairing is not None
-    table = _Table(named, compare)
-    source = _Source(examples)
-    partner: dict[int, int] = dict(pairing.pairs) if pairing is not None else {}
-    details: list[bytes] = []
-    for i, result in enumerate(current):
-        detail = _side(result, lines[i] if lines else None)
-        source.add(detail, result)
-        base = None
-        if compare:
-            assert baseline is not None
-            j = partner.get(i)
-            if j is None:
-                st = _NEW
-            else:
-                base = baseline[j]
-                st = STATUS_CODES.index(status_of(result.score - base.score, tolerance))
-                detail["baseline"] = _side(
-                    base, baseline_lines[j] if baseline_lines else None, feedback=True
-                )
-        else:
-            st = _SAME
-        table.add(result, result, base, st)
-        details.append(encode_json(detail))
+    missing = (
+        [baseline[j] for j in pairing.only_baseline] if compare and baseline and pairing else []
+    )
+    shown = [*current, *missing]
+    extra = [None] * len(missing)
+    kinds: dict[str, int] = {}
+
+    def kind(result: Result | None) -> int:
+        if result is None or result.error is None:
+            return -1
+        return kinds.setdefault(result.error.kind, len(kinds))
+
+    named = sorted({name for r in current if r.error is None for name in r.scores})
+    columns: dict[str, Any] = {
+        "id": [id_text(r.example_id) for r in shown],
+        "sc": [r.score for r in current] + extra,
+        "ek": [kind(r) for r in current] + [-1] * len(missing),
+        "fb": [r.feedback for r in shown],
+        "out": [_preview(r.output) for r in shown],
+        "pms": _ms([r.observation.duration_ms for r in current]) + extra,
+        "mms": _ms([r.metric_ms for r in current]) + extra,
+        "cost": _costs(current) + extra,
+        "named": {
+            name: [r.scores.get(name) if r.error is None else None for r in current] + extra
+            for name in named
+        },
+    }
+    sources = _sources(current, examples)
+    details = [
+        Detail(r=r, line=lines[i] if lines else None, src=s[0], input=s[1], expected=s[2])
+        for i, (r, s) in enumerate(zip(current, sources, strict=True))
+    ]
     if compare:
         assert baseline is not None and pairing is not None
-        for j in pairing.only_baseline:
-            base = baseline[j]
+        partner = [-1] * len(current)
+        for i, j in pairing.pairs:
+            partner[i] = j
+        base = [baseline[j] if j >= 0 else None for j in partner] + missing
+        columns["bs"] = [None if b is None else b.score for b in base]
+        columns["d"] = [
+            None if b is None else r.score - b.score for r, b in zip(current, base, strict=False)
+        ] + extra
+        columns["st"] = [
+            _NEW if b is None else STATUS_CODES.index(status_of(r.score - b.score, tolerance))
+            for r, b in zip(current, base, strict=False)
+        ] + [_MISSING] * len(missing)
+        columns["bek"] = [kind(b) for b in base]
+        for i, j in enumerate(partner):
+            if j >= 0:
+                details[i].b = baseline[j]
+                details[i].bline = baseline_lines[j] if baseline_lines else None
+        for j, (src, given_input, expected) in zip(
+            pairing.only_baseline, _sources(missing, examples), strict=True
+        ):
             line = baseline_lines[j] if baseline_lines else None
-            detail = {"baseline": _side(base, line, feedback=True)}
-            source.add(detail, base)
-            table.add(base, None, base, _MISSING)
-            details.append(encode_json(detail))
-    columns: dict[str, Any] = dict(table.c)
-    columns["named"] = table.named
-    return PageRows(columns=columns, kinds=list(table.kinds), details=details)
+            details.append(
+                Detail(b=baseline[j], bline=line, src=src, input=given_input, expected=expected)
+            )
+    return PageRows(columns=columns, kinds=list(kinds), details=_details(details))

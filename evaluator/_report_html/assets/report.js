@@ -3,17 +3,32 @@
    through HTML parsing. */
 (function () {
   "use strict";
-  var D = JSON.parse(document.getElementById("report-data").textContent);
-  var C = D.columns;
-  var N = C.id.length;
+  var D = JSON.parse(document.getElementById("report-config").textContent);
+  var C = null;  // the columns, once inflated
+  var N = D.n;
   var ROW = 28;
   var OVERSCAN = 12;
   var STATUS = D.statusCodes;
   var STATUS_LABEL = { worse: "worse", missing: "missing here", "new": "new here", same: "same", better: "better" };
-  var detailText = document.getElementById("report-details").textContent;
+  var detailText = "";
   var starts = null;
 
   function $(id) { return document.getElementById(id); }
+
+  // The data is zlib-compressed and base64-encoded (see _rows.py); the browser inflates it.
+  function inflate(id) {
+    var text = document.getElementById(id).textContent;
+    var bytes;
+    if (typeof Uint8Array.fromBase64 === "function") {
+      bytes = Uint8Array.fromBase64(text);
+    } else {
+      var bin = atob(text);
+      bytes = new Uint8Array(bin.length);
+      for (var k = 0; k < bin.length; k++) bytes[k] = bin.charCodeAt(k);
+    }
+    var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate"));
+    return new Response(stream).text();
+  }
 
   // -- formatting ------------------------------------------------------------------------
   function fmtScore(v) {
@@ -59,7 +74,7 @@
         pos = detailText.indexOf("\n", pos) + 1;
         starts[k] = pos;
       }
-      starts[N] = detailText.length + 1;
+      starts[N] = detailText.length;  // every line ends with a newline
     }
     return JSON.parse(detailText.slice(starts[i], starts[i + 1] - 1));
   }
@@ -67,6 +82,8 @@
   // -- columns ------------------------------------------------------------------------
   function kindName(k) { return k < 0 ? "" : D.kinds[k]; }
   var cols = [];
+  var byKey = {};
+  function buildColumns() {
   if (D.compare) {
     cols.push({ key: "st", label: "change", width: "104px", values: C.st,
       cell: function (i, c) {
@@ -109,8 +126,8 @@
       c.textContent = fmtCost(C.cost[i]);
       if (C.cost[i] === null) c.classList.add("muted");
     } });
-  var byKey = {};
   cols.forEach(function (c) { byKey[c.key] = c; });
+  }
 
   // -- state --------------------------------------------------------------------------
   var state = { q: "", outcome: "all", status: "all", ranges: {}, sort: null, selected: -1 };
@@ -153,6 +170,7 @@
     return true;
   }
   function applyFilters() {
+    if (!C) return;  // still loading
     var q = state.q.trim().toLowerCase();
     if (q && !lowerIds) {
       lowerIds = C.id.map(function (s) { return s.toLowerCase(); });
@@ -378,23 +396,32 @@
     });
     return dl;
   }
-  function measurements(side) {
+  function measurements(r, line) {
+    // A result encodes without its default fields: a missing figure is its default.
     var pairs = [];
-    var o = side.observation || {};
-    if ("duration_ms" in o) pairs.push(["program time", o.duration_ms === null ? "not measured" : fmtMs(o.duration_ms) + " ms"]);
-    if (o.queued_ms) pairs.push(["queued on rate limit", fmtMs(o.queued_ms) + " ms"]);
-    if ("cost_usd" in o) pairs.push(["program cost", fmtCost(o.cost_usd)]);
+    var o = r.observation || {};
+    if (o.duration_ms === undefined || o.duration_ms === null) {
+      pairs.push(["program", "did not run (score-only), or its time was not measured"]);
+    } else {
+      pairs.push(["program time", fmtMs(o.duration_ms) + " ms"]);
+      if (o.queued_ms) pairs.push(["queued on the rate limiter", fmtMs(o.queued_ms) + " ms"]);
+      pairs.push(["program cost", fmtCost(o.cost_usd === undefined ? 0 : o.cost_usd)]);
+    }
     if (o.llm_calls) pairs.push(["program model calls", String(o.llm_calls)]);
     if (o.input_tokens || o.output_tokens) pairs.push(["program tokens in / out", (o.input_tokens || 0) + " / " + (o.output_tokens || 0)]);
     if (o.retries || o.rate_limited) pairs.push(["program retries / 429s", (o.retries || 0) + " / " + (o.rate_limited || 0)]);
     if (o.notes && o.notes.length) pairs.push(["program notes", o.notes.join("\n")]);
-    if (side.metric_ms !== undefined) pairs.push(["metric time", fmtMs(side.metric_ms) + " ms"]);
-    var j = side.judge || {};
-    if (j.llm_calls) pairs.push(["judge model calls", String(j.llm_calls)]);
-    if ("cost_usd" in j) pairs.push(["judge cost", fmtCost(j.cost_usd)]);
+    if (r.metric_ms !== undefined && r.metric_ms !== null) pairs.push(["metric time", fmtMs(r.metric_ms) + " ms"]);
+    var j = r.judge || {};
+    var judgeCost = j.cost_usd === undefined ? 0 : j.cost_usd;
+    if (j.llm_calls || judgeCost === null) {
+      pairs.push(["judge model calls", String(j.llm_calls || 0)]);
+      pairs.push(["judge cost", fmtCost(judgeCost)]);
+    }
     if (j.input_tokens || j.output_tokens) pairs.push(["judge tokens in / out", (j.input_tokens || 0) + " / " + (j.output_tokens || 0)]);
+    if (j.retries || j.rate_limited) pairs.push(["judge retries / 429s", (j.retries || 0) + " / " + (j.rate_limited || 0)]);
     if (j.notes && j.notes.length) pairs.push(["judge notes", j.notes.join("\n")]);
-    if (side.line !== undefined) pairs.push(["results file line", String(side.line)]);
+    if (line !== undefined && line !== null) pairs.push(["results file line", String(line)]);
     return pairs;
   }
   function wordDiff(a, b) {
@@ -437,19 +464,20 @@
       missing: "The dataset given with --data has no example with this id."
     };
     ["input", "expected"].forEach(function (name) {
-      if (d.source === "data" || d.source === "line") {
-        field(parent, name, d[name] === null && name === "expected" ? "(none: this example has no expected value)" : show(d[name]));
+      if (d.src === "data" || d.src === "line") {
+        var v = d[name];
+        field(parent, name, (v === null || v === undefined) && name === "expected" ? "(none: this example has no expected value)" : show(v));
       } else {
-        field(parent, name, el("p", "unavailable", why[d.source] || why.none));
+        field(parent, name, el("p", "unavailable", why[d.src] || why.none));
       }
     });
   }
+  function outcome(r) { return r.error ? "error: " + r.error.kind : "ok"; }
   function openDetail(i) {
-    if (!(i >= 0 && i < N)) return;
+    if (!C || !(i >= 0 && i < N)) return;
     state.selected = i;
     var d = detailOf(i);
-    var now = D.compare && C.st[i] === 1 ? null : d;
-    var before = d.baseline || null;
+    var now = d.r || null, before = d.b || null;
     panelTitle.textContent = C.id[i];
     panelBody.replaceChildren();
     var pairs = [];
@@ -459,36 +487,40 @@
       pairs.push(["baseline score", before ? fmtScore(before.score) : "— (not in the baseline)"]);
       if (now && before) pairs.push(["Δ score", fmtDelta(now.score - before.score)]);
     }
-    if (now && now.scores) Object.keys(now.scores).forEach(function (k) {
+    var scores = (now && now.scores) || {};
+    Object.keys(scores).forEach(function (k) {
       var b = before && before.scores && k in before.scores ? " (baseline " + fmtScore(before.scores[k]) + ")" : "";
-      pairs.push([k, fmtScore(now.scores[k]) + b]);
+      pairs.push([k, fmtScore(scores[k]) + b]);
     });
-    if (now) pairs.push(["outcome", now.kind ? "error: " + now.kind : "ok"]);
-    if (before) pairs.push(["baseline outcome", before.kind ? "error: " + before.kind : "ok"]);
+    if (now) pairs.push(["outcome", outcome(now)]);
+    if (before) pairs.push(["baseline outcome", outcome(before)]);
     panelBody.appendChild(kv(pairs));
+    function fb(r) { return r ? r.feedback || "" : undefined; }
+    function msg(r) { return r ? (r.error ? r.error.message : "") : undefined; }
+    function out(r) { return r ? (r.output === undefined ? null : r.output) : undefined; }
     if (D.compare) {
-      sides(panelBody, "feedback", now ? C.fb[i] : undefined, before ? before.feedback : undefined);
-      if ((now && now.kind) || (before && before.kind))
-        sides(panelBody, "error message", now ? (now.message || "") : undefined, before ? (before.message || "") : undefined);
-      sides(panelBody, "output", now ? now.output : undefined, before ? before.output : undefined);
+      sides(panelBody, "feedback", fb(now), fb(before));
+      if ((now && now.error) || (before && before.error)) sides(panelBody, "error message", msg(now), msg(before));
+      sides(panelBody, "output", out(now), out(before));
     } else {
-      field(panelBody, "feedback", C.fb[i] === "" ? "(empty)" : C.fb[i]);
-      if (d.kind && d.message !== C.fb[i]) field(panelBody, "error message", d.message);
-      field(panelBody, "output", d.output === null ? "null" : show(d.output));
+      field(panelBody, "feedback", fb(now) === "" ? "(empty)" : fb(now));
+      if (now.error && now.error.message !== now.feedback) field(panelBody, "error message", now.error.message);
+      field(panelBody, "output", show(out(now)));
     }
     inputs(panelBody, d);
     var m = el("div", D.compare ? "sides" : null);
-    [now, before].forEach(function (side, k) {
-      if (!side || (!D.compare && k === 1)) return;
+    [[now, d.line], [before, d.bline]].forEach(function (pair, k) {
+      var side = pair[0];
+      if (!side) return;
       var box = el("div");
       if (D.compare) box.appendChild(el("div", "hint", k === 0 ? "this run" : "baseline"));
-      box.appendChild(kv(measurements(side)));
-      if (side.extra) field(box, "extra", show(side.extra));
+      box.appendChild(kv(measurements(side, pair[1])));
+      if (side.extra && Object.keys(side.extra).length) field(box, "extra", show(side.extra));
       m.appendChild(box);
     });
     field(panelBody, "measurements", m);
     panel.hidden = false;
-    try { history.replaceState(null, "", "#example=" + encodeURIComponent(C.id[i])); } catch (e) { /* file: URLs in some browsers */ }
+    try { history.replaceState(null, "", "#example=" + encodeURIComponent(C.id[i])); } catch (e) { /* some browsers refuse on file: URLs */ }
     render();
   }
   function closeDetail() {
@@ -516,13 +548,22 @@
   });
 
   // -- start --------------------------------------------------------------------------
-  buildHead();
-  applyFilters();
-  var hash = decodeURIComponent(location.hash || "");
-  if (hash.indexOf("#example=") === 0) {
-    var wanted = hash.slice(9);
-    var at = C.id.indexOf(wanted);
-    if (at >= 0) openDetail(at);
-  }
-  document.body.dataset.ready = "1";
+  countEl.textContent = "loading " + fmtInt(N) + " examples…";
+  Promise.all([inflate("report-columns"), inflate("report-details")]).then(function (parts) {
+    C = JSON.parse(parts[0]);
+    detailText = parts[1];
+    buildColumns();
+    buildHead();
+    applyFilters();
+    var hash = "";
+    try { hash = decodeURIComponent(location.hash || ""); } catch (e) { hash = ""; }
+    if (hash.indexOf("#example=") === 0) {
+      var at = C.id.indexOf(hash.slice(9));
+      if (at >= 0) openDetail(at);
+    }
+    document.body.dataset.ready = "1";
+  }).catch(function (err) {
+    countEl.textContent = "This browser could not read the report's data (" + err + "); open it in a current Chrome, Firefox, Edge or Safari.";
+    document.body.dataset.ready = "error";
+  });
 })();
