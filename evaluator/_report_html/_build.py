@@ -104,8 +104,8 @@ def _charts(
         values = [v for v in cols[key] if v is not None]
         if values:
             charts.append((title, _log_chart(values, key, "ms", dist)))
-    if summary.program_ran or summary.judge_calls:
-        costs = [cols["cost"][i] for i in here]
+    costs = [cols["cost"][i] for i in here]
+    if any(c is None or c > 0 for c in costs):  # not when every example cost a measured $0
         charts.append(("Cost per example (program + judge)", _cost_chart(costs)))
     return charts
 
@@ -163,8 +163,6 @@ def _cost_chart(costs: Sequence[float | None]) -> str:
         notes.append(f"{unmeasured:,} unmeasured (no known price) not drawn")
     edges = log_edges(measured)
     if edges is None:
-        if zeros and not unmeasured:
-            return '<p class="empty">Every example cost a measured $0 (no model calls).</p>'
         return bar_chart([], label="Cost", stacked=[], note="; ".join(notes))
     return bar_chart(
         histogram(edges, [c for c in measured if c > 0]),

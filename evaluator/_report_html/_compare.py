@@ -91,12 +91,13 @@ class Comparison(msgspec.Struct, frozen=True, kw_only=True):
         """In words: whether the interval lies below 0, above 0, or spans it."""
         d = self.difference
         if d is None:
-            return "no example in both runs: nothing to compare"
+            return "no example is in both runs: there is nothing to compare"
+        interval = f"the {round(d.confidence * 100):g}% interval of the mean difference"
         if d.high < 0:
-            return "worse than the baseline (the whole interval is below 0)"
+            return f"worse: {interval} lies below 0"
         if d.low > 0:
-            return "better than the baseline (the whole interval is above 0)"
-        return "no clear difference (the interval spans 0)"
+            return f"better: {interval} lies above 0"
+        return f"no clear difference: {interval} spans 0"
 
 
 class Pairing(msgspec.Struct, frozen=True):

@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 
 from ._compare import Comparison
-from ._rows import STATUS_CODES, PageRows, encode_json, pack
+from ._rows import STATUS_CODES, PageRows, encode_json, encode_raw, pack
 from ._stats import Distribution, ErrorGroup, RunSummary
 
 __all__ = ["Page", "render_page"]
@@ -239,9 +239,8 @@ def comparison_section(page: Page) -> str:
     tone = (
         "worse" if d is not None and d.high < 0 else "better" if d is not None and d.low > 0 else ""
     )
-    parts.append(
-        f'<p class="verdict {tone}" data-stat="verdict">This run is {escape(c.verdict)}.</p>'
-    )
+    verdict = c.verdict[0].upper() + c.verdict[1:]
+    parts.append(f'<p class="verdict {tone}" data-stat="verdict">{escape(verdict)}.</p>')
     cards = []
     if d is not None:
         cards.append(
@@ -473,7 +472,7 @@ def render_page(page: Page) -> str:
             },
         }
     ).decode("utf-8")
-    columns = pack(encode_json(page.rows.columns))
+    columns = pack(encode_raw(page.rows.columns))  # base64 holds no markup: no escaping
     details = pack(page.rows.details)
     policy = (
         f"default-src 'none'; script-src 'sha256-{_sha256(js)}'; "

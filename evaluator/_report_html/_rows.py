@@ -29,7 +29,15 @@ from .._results import Result
 from ._compare import Pairing, status_of
 from ._load import Joined, ReportLine, id_key
 
-__all__ = ["STATUS_CODES", "PageRows", "build_rows", "encode_json", "id_text", "pack"]
+__all__ = [
+    "STATUS_CODES",
+    "PageRows",
+    "build_rows",
+    "encode_json",
+    "encode_raw",
+    "id_text",
+    "pack",
+]
 
 # Rank order of the comparison: regressions first, then what is on one side only.
 STATUS_CODES = ("worse", "missing", "new", "same", "better")
@@ -59,7 +67,8 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _encode(value: Any) -> bytes:
+def encode_raw(value: Any) -> bytes:
+    """JSON bytes of ``value``; a value JSON cannot hold is written as its repr."""
     try:
         return _encoder.encode(value)
     except (UnicodeEncodeError, TypeError, ValueError, OverflowError):
@@ -73,7 +82,7 @@ def encode_json(value: Any) -> bytes:
     friends mean the same characters: so no string (``</script>``, ``<!--``) can end the
     element or open a tag, whatever the results hold.
     """
-    raw = _encode(value)
+    raw = encode_raw(value)
     return raw.replace(b"<", b"\\u003c").replace(b">", b"\\u003e").replace(b"&", b"\\u0026")
 
 
@@ -98,7 +107,7 @@ def _preview(output: Any) -> str:
     if isinstance(output, str):
         text = output if len(output) <= _PREVIEW else output[: _PREVIEW * 2]
     else:
-        text = _encode(output)[: _PREVIEW * 4].decode("utf-8", "replace")
+        text = encode_raw(output)[: _PREVIEW * 4].decode("utf-8", "replace")
     if "\n" in text or "  " in text or "\t" in text:
         text = " ".join(text.split())
     return text if len(text) <= _PREVIEW else text[: _PREVIEW - 1] + "…"
@@ -165,7 +174,7 @@ def _details(details: list[Detail]) -> bytes:
         return _encoder.encode_lines(details)
     except (UnicodeEncodeError, TypeError, ValueError, OverflowError):
         # One row holds what JSON cannot (a lone surrogate in a string): encode row by row.
-        return b"".join(_encode(d) + b"\n" for d in details)
+        return b"".join(encode_raw(d) + b"\n" for d in details)
 
 
 def _ms(values: Sequence[float | None]) -> list[float | None]:

@@ -118,8 +118,8 @@
       if (D.compare && C.st[i] === 1) c.classList.add("muted");
     } });
   if (D.has.out) cols.push({ key: "out", label: "output", width: "minmax(100px, 1.4fr)", values: C.out, text: true });
-  if (D.has.pms) cols.push({ key: "pms", label: "program ms", width: "96px", num: true, values: C.pms, fmt: fmtMs });
-  if (D.has.mms) cols.push({ key: "mms", label: "metric ms", width: "88px", num: true, values: C.mms, fmt: fmtMs });
+  if (D.has.pms) cols.push({ key: "pms", label: "program ms", width: "106px", num: true, values: C.pms, fmt: fmtMs });
+  if (D.has.mms) cols.push({ key: "mms", label: "metric ms", width: "96px", num: true, values: C.mms, fmt: fmtMs });
   if (D.has.cost) cols.push({ key: "cost", label: "cost", width: "96px", num: true, values: C.cost,
     cell: function (i, c) {
       if (D.compare && C.st[i] === 1) return;

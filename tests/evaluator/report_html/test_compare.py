@@ -147,7 +147,7 @@ class TestCompareResults:
         """Disjoint runs: no difference and no interval, and the verdict says why."""
         c = compare_results([result("a", 1.0)], [result("b", 1.0)])
         assert c.matched == 0 and c.difference is None and c.mean_current is None
-        assert c.verdict.startswith("no example in both runs")
+        assert c.verdict.startswith("no example is in both runs")
 
     def test_verdicts(self) -> None:
         """The verdict follows the interval: below 0, above 0, or spanning it."""
