@@ -76,7 +76,8 @@ def comparison_rows(c: Comparison) -> list[tuple[str, str]]:
     rows.append(("newly failing / fixed", f"{n_(c.newly_failing)} / {n_(c.fixed)}"))
     rows.append(("missing here (baseline only)", n_(c.only_baseline)))
     rows.append(("new here (this run only)", n_(c.only_current)))
-    rows.append(("verdict", c.verdict))
+    # The row above names the interval; the verdict row says only what it means.
+    rows.append(("verdict", c.verdict.replace(" of the mean difference", "")))
     return rows
 
 
