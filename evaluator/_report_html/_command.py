@@ -85,6 +85,8 @@ def report_command(
         raise ConfigError("--fail-on-regression compares with a baseline: add --baseline FILE")
     if (input_cols or output_cols) and data is None:
         raise ConfigError("--input-cols/--output-cols describe --data: add --data DATASET")
+    if data is not None and not Path(data).is_file():
+        raise ConfigError(f"--data {data}: no such file (the dataset the run used)")
     target = None if no_html else Path(html) if html else default_html_path(results)
     _check(results, baseline, target, tolerance)
     current = load_results_file(results)

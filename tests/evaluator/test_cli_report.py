@@ -166,6 +166,7 @@ class TestUserErrors:
             (["--fail-on-regression"], "--fail-on-regression compares with a baseline"),
             (["--input-cols", "q"], "--input-cols/--output-cols describe --data"),
             (["--tolerance", "-1"], "--tolerance must be 0 or more"),
+            (["--data", "nope.jsonl"], "--data nope.jsonl: no such file"),
         ],
     )
     def test_bad_options(
