@@ -125,12 +125,9 @@ def report_command(
         print_report(built, console, results=results, baseline=baseline)
         if target is not None:
             size = built.size_bytes
-            console.print(
-                f"report: {target} ({size / 1e6:,.1f} MB)"
-                if size >= 1e6
-                else f"report: {target} ({size / 1e3:,.0f} kB)",
-                markup=False,
-            )
+            shown = f"{size / 1e6:,.1f} MB" if size >= 1e6 else f"{size / 1e3:,.0f} kB"
+            # soft_wrap: a path cut across lines cannot be copied or clicked.
+            console.print(f"report: {target} ({shown})", markup=False, soft_wrap=True)
     for reason in reasons:
         print(f"skynet-eval report: regression: {reason}", file=sys.stderr)
     return 1 if reasons else 0

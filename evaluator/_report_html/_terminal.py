@@ -95,9 +95,11 @@ def print_report(built: BuiltReport, console: Any, *, results: str, baseline: st
 
     console.print(table(f"Report: {results}", summary_rows(built.summary)))
     for warning in built.warnings:
-        console.print(f"[yellow]![/yellow] {warning}", highlight=False)
+        console.print(f"! {warning}", markup=False, highlight=False, soft_wrap=True)
     if built.comparison is not None and baseline is not None:
         console.print(table(f"Against the baseline: {baseline}", comparison_rows(built.comparison)))
         if built.regressions:
             worst = ", ".join(f"{ident} {delta_(delta)}" for ident, delta in built.regressions[:5])
-            console.print(f"largest regressions: {worst}", markup=False, highlight=False)
+            console.print(
+                f"largest regressions: {worst}", markup=False, highlight=False, soft_wrap=True
+            )
