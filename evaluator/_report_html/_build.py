@@ -22,7 +22,7 @@ from .._results import Result
 from ._compare import Comparison, compare_results, pair_results
 from ._html import Page, header_differences, render_page
 from ._load import Joined, ResultsFile, header_fields, id_key, join_examples, results_from
-from ._rows import STATUS_CODES, PageRows, build_rows
+from ._rows import STATUS_CODES, PageRows, build_rows, carries_inputs
 from ._stats import RunSummary, histogram, log_edges, score_edges, summarize
 from ._svg import Marker, Series, bar_chart, fmt_number
 
@@ -38,7 +38,7 @@ class BuiltReport(msgspec.Struct, kw_only=True):
     summary: RunSummary
     baseline_summary: RunSummary | None
     comparison: Comparison | None
-    regressions: list[tuple[str, float]]  # (example id, score difference), the worst first
+    regressions: list[tuple[Any, float]]  # (example id, score difference), the worst first
     warnings: list[str]
     html: str
     path: Path | None = None  # where it was written, if it was
@@ -146,7 +146,7 @@ def _log_chart(values: Sequence[float], key: str, unit: str, dist: Any) -> str:
         markers=markers,
         log_x=True,
         x_label=f"{'program' if key == 'pms' else 'metric'} time ({unit}, log scale)",
-        x_format=lambda v: fmt_number(v),
+        x_format=fmt_number,
         filter_key=key,
         note=note,
     )
@@ -262,25 +262,10 @@ def build_report(
         examples=examples,
     )
     regressions = _regressions(rows)
-    warnings = _warnings(current, base, comparison, examples, data_label)
-    notes = []
-    if examples is None and not any(
-        getattr(r, "input", msgspec.UNSET) is not msgspec.UNSET for r in current.results[:1]
-    ):
-        notes.append(
-            "Inputs and expected values are not stored in results files: pass --data DATASET "
-            "(with the run's --input-cols/--output-cols) to see them when you open an example."
-        )
-    for reason, count in summary.cost_notes:
-        notes.append(f"Cost not measured for {count:,} example(s): {reason}")
     results_label = _label(current, "results of this run")
     baseline_label = _label(base, "baseline results") if base is not None else None
-    if title is None:
-        title = f"skynet-eval report: {Path(results_label).name}"
-        if baseline_label is not None:
-            title += f" against {Path(baseline_label).name}"
     page = Page(
-        title=title,
+        title=title or _title(results_label, baseline_label),
         results_label=results_label,
         baseline_label=baseline_label,
         built=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -289,26 +274,54 @@ def build_report(
         comparison=comparison,
         rows=rows,
         charts=_charts(rows, summary, comparison, base),
-        warnings=warnings,
-        notes=notes,
+        warnings=_warnings(current, base, comparison, examples, data_label),
+        notes=_notes(current, base, summary, examples),
         header=header_fields(current.header),
         baseline_header=header_fields(base.header) if base is not None else [],
         run_meta=header_fields({k: v for k, v in (meta or {}).items() if v is not None}),
         regressions=[(row, rows.columns["id"][row], d) for row, d in regressions],
         data_label=data_label,
     )
-    if base is not None and current.header and base.header:
-        changed = header_differences(dict(page.header), dict(page.baseline_header))
-        if changed:
-            page.notes.append("The two runs' headers differ in: " + ", ".join(changed) + ".")
     return BuiltReport(
         summary=summary,
         baseline_summary=baseline_summary,
         comparison=comparison,
-        regressions=[(rows.columns["id"][row], d) for row, d in regressions],
-        warnings=warnings,
+        # The ids as the results hold them (an int stays an int in --json).
+        regressions=[(current.results[row].example_id, d) for row, d in regressions],
+        warnings=page.warnings,
         html=render_page(page),
     )
+
+
+def _title(results_label: str, baseline_label: str | None) -> str:
+    title = f"skynet-eval report: {Path(results_label).name}"
+    if baseline_label is not None:
+        title += f" against {Path(baseline_label).name}"
+    return title
+
+
+def _notes(
+    current: ResultsFile,
+    base: ResultsFile | None,
+    summary: RunSummary,
+    examples: Mapping[Any, Joined] | None,
+) -> list[str]:
+    """Things worth knowing that are not a problem with the run."""
+    notes = []
+    if examples is None and not any(map(carries_inputs, current.results)):
+        notes.append(
+            "Inputs and expected values are not stored in results files: pass --data DATASET "
+            "(with the run's --input-cols/--output-cols) to see them when you open an example."
+        )
+    for reason, count in summary.cost_notes:
+        notes.append(f"Cost not measured for {count:,} example(s): {reason}")
+    if base is not None and current.header and base.header:
+        changed = header_differences(
+            dict(header_fields(current.header)), dict(header_fields(base.header))
+        )
+        if changed:
+            notes.append("The two runs' headers differ in: " + ", ".join(changed) + ".")
+    return notes
 
 
 def _regressions(rows: PageRows) -> list[tuple[int, float]]:

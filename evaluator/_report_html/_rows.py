@@ -33,6 +33,7 @@ __all__ = [
     "STATUS_CODES",
     "PageRows",
     "build_rows",
+    "carries_inputs",
     "encode_json",
     "encode_raw",
     "id_text",
@@ -137,7 +138,8 @@ class PageRows(msgspec.Struct, frozen=True):
     details: bytes
 
 
-def _carries_inputs(result: Result) -> bool:
+def carries_inputs(result: Result) -> bool:
+    """Whether a result line brought its example's input or expected value along."""
     return isinstance(result, ReportLine) and (
         result.input is not msgspec.UNSET or result.expected is not msgspec.UNSET
     )
@@ -148,7 +150,7 @@ def _sources(
 ) -> list[tuple[str, Any, Any]]:
     """(source, input, expected) of each result, as :class:`Detail` describes them."""
     unset = msgspec.UNSET
-    if examples is None and not any(map(_carries_inputs, results)):
+    if examples is None and not any(map(carries_inputs, results)):
         return [("none", unset, unset)] * len(results)
     out: list[tuple[str, Any, Any]] = []
     for result in results:
