@@ -187,7 +187,8 @@ def log_edges(*series: Sequence[float], bins: int = 24) -> list[float] | None:
         return None
     low, high = min(positive), max(positive)
     if low == high:
-        return [low / 1.1, high * 1.1]
+        # One value: a few narrow bins around it, so it reads as one bar, not a wall.
+        return [float(e) for e in np.geomspace(low / 1.25, high * 1.25, 6)]
     edges = [float(e) for e in np.geomspace(low, high, bins + 1)]
     edges[0], edges[-1] = low, high  # exact ends: geomspace may round them
     return edges

@@ -120,7 +120,7 @@
   if (D.has.out) cols.push({ key: "out", label: "output", width: "minmax(100px, 1.4fr)", values: C.out, text: true });
   if (D.has.pms) cols.push({ key: "pms", label: "program ms", width: "106px", num: true, values: C.pms, fmt: fmtMs });
   if (D.has.mms) cols.push({ key: "mms", label: "metric ms", width: "96px", num: true, values: C.mms, fmt: fmtMs });
-  if (D.has.cost) cols.push({ key: "cost", label: "cost", width: "96px", num: true, values: C.cost,
+  if (D.has.cost) cols.push({ key: "cost", label: "cost", width: "104px", num: true, values: C.cost,
     cell: function (i, c) {
       if (D.compare && C.st[i] === 1) return;
       c.textContent = fmtCost(C.cost[i]);
@@ -282,6 +282,9 @@
   function render() {
     var total = view.length;
     spacer.style.height = total * ROW + "px";
+    // As tall as its rows, up to most of the window: a short table leaves no blank box.
+    var cap = Math.min(window.innerHeight * 0.68, 720);
+    body.style.height = Math.max(56, Math.min(total * ROW + 2, cap)) + "px";
     var top = body.scrollTop;
     var height = body.clientHeight || 600;
     var first = Math.max(0, Math.floor(top / ROW) - OVERSCAN);

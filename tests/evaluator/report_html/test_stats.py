@@ -150,4 +150,7 @@ class TestHistograms:
     def test_log_bins_without_positive_values(self) -> None:
         """Only zeros: no log-scale bins (the chart counts the zeros apart)."""
         assert log_edges([0.0, 0.0]) is None
-        assert math.isclose(log_edges([2.0])[0], 2.0 / 1.1)  # type: ignore[index]
+        edges = log_edges([2.0, 2.0])
+        assert edges is not None and len(edges) == 6
+        assert math.isclose(edges[0], 1.6) and math.isclose(edges[-1], 2.5)
+        assert sum(b.counts[0] for b in histogram(edges, [2.0, 2.0])) == 2
