@@ -31,6 +31,11 @@ from ._report import Latency as Latency
 from ._report import NamedScore as NamedScore
 from ._report import Report as Report
 from ._report import ReportBuilder as ReportBuilder
+from ._report_html import Comparison as Comparison
+from ._report_html import ResultsFileError as ResultsFileError
+from ._report_html import compare_results as compare_results
+from ._report_html import load_results_file as load_results_file
+from ._report_html import write_html_report as write_html_report
 from ._results import ERROR_KINDS as ERROR_KINDS
 from ._results import ErrorInfo as ErrorInfo
 from ._results import Observation as Observation
@@ -44,6 +49,7 @@ from ._store import read_results as read_results
 __all__ = [
     "ERROR_KINDS",
     "CheckStep",
+    "Comparison",
     "ConfigError",
     "ContractError",
     "ContractReport",
@@ -66,6 +72,7 @@ __all__ = [
     "ReportBuilder",
     "Result",
     "ResultStream",
+    "ResultsFileError",
     "ResultsWriter",
     "ResumeWarning",
     "Scored",
@@ -73,9 +80,12 @@ __all__ = [
     "UserFunction",
     "check_contract",
     "compare_judges",
+    "compare_results",
     "load_examples",
     "load_metric",
     "load_program",
+    "load_results_file",
     "read_results",
     "validate_return",
+    "write_html_report",
 ]

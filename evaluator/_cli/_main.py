@@ -31,6 +31,7 @@ from ._options import (
     RunOptions,
     SimulatorOptions,
 )
+from ._report import ReportOptions
 
 __all__ = [
     "COMMANDS",
@@ -61,6 +62,7 @@ COMMANDS = (
     Command("check", CheckOptions, "evaluator._cli._check"),
     Command("run", RunOptions, "evaluator._cli._run"),
     Command("judges", JudgesOptions, "evaluator._cli._judges"),
+    Command("report", ReportOptions, "evaluator._cli._report"),
     Command("simulator", SimulatorOptions, "evaluator._cli._simulator"),
 )
 

@@ -1,0 +1,41 @@
+"""The run report: ``skynet-eval report``, one self-contained HTML page per run.
+
+Layout: ``_load`` reads results files (with or without a header line) strictly;
+``_stats`` summarises one run; ``_compare`` matches two runs by id and computes the paired
+bootstrap interval; ``_rows`` lays out the page's table data; ``_svg`` draws the charts;
+``_html`` writes the markup (``assets/`` holds the page's script and stylesheet);
+``_build`` ties them together; ``_terminal`` prints the same summary in a terminal;
+``_command`` is the ``report`` subcommand's logic.
+"""
+
+from ._build import BuiltReport as BuiltReport
+from ._build import build_report as build_report
+from ._build import write_html_report as write_html_report
+from ._compare import Comparison as Comparison
+from ._compare import NamedDelta as NamedDelta
+from ._compare import PairedDifference as PairedDifference
+from ._compare import compare_results as compare_results
+from ._compare import paired_bootstrap_ci as paired_bootstrap_ci
+from ._load import ResultsFile as ResultsFile
+from ._load import ResultsFileError as ResultsFileError
+from ._load import load_results_file as load_results_file
+from ._stats import Distribution as Distribution
+from ._stats import RunSummary as RunSummary
+from ._stats import summarize as summarize
+
+__all__ = [
+    "BuiltReport",
+    "Comparison",
+    "Distribution",
+    "NamedDelta",
+    "PairedDifference",
+    "ResultsFile",
+    "ResultsFileError",
+    "RunSummary",
+    "build_report",
+    "compare_results",
+    "load_results_file",
+    "paired_bootstrap_ci",
+    "summarize",
+    "write_html_report",
+]

@@ -1,0 +1,133 @@
+"""``skynet-eval report``: the command's logic, apart from its argument parsing.
+
+Reads the results (and the baseline), builds the page, writes it (to ``--html``, by
+default beside the results file with the suffix ``.html``), and prints the same summary.
+Exit codes: 0 done; 1 with ``--fail-on-regression`` when this run is worse than the
+baseline (the whole interval of the mean difference lies below 0) or misses examples the
+baseline has; 2 a usage error (a bad file or option: one line, never a traceback).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .._exceptions import ConfigError
+from ._build import build_report, write_file
+from ._load import load_results_file
+
+__all__ = ["default_html_path", "regression_reasons", "report_command"]
+
+
+def default_html_path(results: str) -> Path:
+    """Where the page goes without ``--html``: beside the results, ``.html`` for its suffix."""
+    path = Path(results)
+    return (
+        path.with_name(path.stem + ".html") if path.suffix else path.with_name(path.name + ".html")
+    )
+
+
+def regression_reasons(built: Any) -> list[str]:
+    """Why ``--fail-on-regression`` fails this run (an empty list when it does not)."""
+    c = built.comparison
+    if c is None:
+        return []
+    reasons = []
+    d = c.difference
+    if d is not None and d.high < 0:
+        reasons.append(
+            f"the mean score fell by {-d.mean:.4f} (95% CI of the difference "
+            f"[{d.low:+.4f}, {d.high:+.4f}], wholly below 0)"
+        )
+    if c.only_baseline:
+        reasons.append(f"{c.only_baseline:,} example(s) of the baseline are missing from this run")
+    return reasons
+
+
+def _check(results: str, baseline: str | None, html: Path | None, tolerance: float) -> None:
+    if not math.isfinite(tolerance) or tolerance < 0:
+        raise ConfigError(f"--tolerance must be 0 or more, got {tolerance:g}")
+    if html is None:
+        return
+    for flag, path in (("RESULTS", results), ("--baseline", baseline)):
+        if path is not None and Path(path).resolve() == html.resolve():
+            raise ConfigError(
+                f"--html {html} is the {flag} file itself: writing the page there would destroy "
+                "the results; choose another --html path"
+            )
+    if html.exists() and html.is_dir():
+        raise ConfigError(f"--html {html} is a directory; give a file name such as report.html")
+
+
+def report_command(
+    *,
+    results: str,
+    baseline: str | None = None,
+    html: str | None = None,
+    no_html: bool = False,
+    data: str | None = None,
+    input_cols: Sequence[str] | None = None,
+    output_cols: Sequence[str] | None = None,
+    tolerance: float = 0.0,
+    title: str | None = None,
+    json: bool = False,
+    fail_on_regression: bool = False,
+    console: Any = None,
+) -> int:
+    """Run ``skynet-eval report``; returns the exit code. User errors raise
+    :class:`evaluator.EvaluationError` subclasses (the CLI turns them into one line)."""
+    if fail_on_regression and baseline is None:
+        raise ConfigError("--fail-on-regression compares with a baseline: add --baseline FILE")
+    if (input_cols or output_cols) and data is None:
+        raise ConfigError("--input-cols/--output-cols describe --data: add --data DATASET")
+    if data is not None and not Path(data).is_file():
+        raise ConfigError(f"--data {data}: no such file (the dataset the run used)")
+    target = None if no_html else Path(html) if html else default_html_path(results)
+    _check(results, baseline, target, tolerance)
+    current = load_results_file(results)
+    base = load_results_file(baseline) if baseline is not None else None
+    built = build_report(
+        current,
+        baseline=base,
+        data=data,
+        input_cols=input_cols,
+        output_cols=output_cols,
+        title=title,
+        tolerance=tolerance,
+    )
+    if target is not None:
+        write_file(built.html, target)
+        built.path = target
+    reasons = regression_reasons(built) if fail_on_regression else []
+    if json:
+        payload = {
+            "summary": built.summary,
+            "baseline_summary": built.baseline_summary,
+            "comparison": built.comparison,
+            "regressions": [{"example_id": i, "difference": d} for i, d in built.regressions],
+            "warnings": built.warnings,
+            "html": str(target) if target is not None else None,
+            "failed": reasons,
+        }
+        sys.stdout.write(msgspec.json.encode(payload).decode() + "\n")
+    else:
+        from ._terminal import print_report
+
+        if console is None:
+            from rich.console import Console
+
+            console = Console(highlight=False)
+        print_report(built, console, results=results, baseline=baseline)
+        if target is not None:
+            size = built.size_bytes
+            shown = f"{size / 1e6:,.1f} MB" if size >= 1e6 else f"{size / 1e3:,.0f} kB"
+            # soft_wrap: a path cut across lines cannot be copied or clicked.
+            console.print(f"report: {target} ({shown})", markup=False, soft_wrap=True)
+    for reason in reasons:
+        print(f"skynet-eval report: regression: {reason}", file=sys.stderr)
+    return 1 if reasons else 0

@@ -1,0 +1,356 @@
+"""Reading a results file for a report: every line accounted for, or an error naming it.
+
+A report is only worth looking at when its counts are the file's counts, so this reader is
+stricter than the one ``--resume`` uses (``evaluator._store``): that one may drop a torn
+last line and go on, because the run will redo the example; a report cannot redo it, so a
+torn, non-JSON or foreign line is an error that names the file and line, says what is
+wrong and how to fix it. An example id that occurs twice is an error too (two runs wrote
+one file at once): a report that counted it twice would be wrong, and one that kept either
+line would be silently choosing.
+
+A results file may start with a header line, an object holding the key
+``"skynet_eval_results"`` (the format version) and metadata about what produced the run
+(fingerprints of the dataset, metric, program and artifact, when it was created). Files
+with and without it are read alike; the metadata is shown on the page. A header found
+again further down (a resumed run may record its own session) is kept as a later session.
+
+Results do not carry the example's input and expected value; :func:`join_examples` joins
+them from the dataset by id. A result line that carries ``input`` or ``expected`` keys
+itself (a later format may) keeps them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .._exceptions import EvaluationError
+from .._results import Observation, Result, Usage
+
+__all__ = [
+    "HEADER_KEY",
+    "ResultsFile",
+    "ResultsFileError",
+    "id_key",
+    "join_examples",
+    "load_results_file",
+    "results_from",
+]
+
+HEADER_KEY = "skynet_eval_results"
+FORMAT_VERSION = 1
+_BOM = b"\xef\xbb\xbf"
+_SHOWN = 60  # bytes of a bad line quoted in its error
+
+
+class ResultsFileError(EvaluationError, ValueError):
+    """A results file (or list of results) cannot be reported on as it stands.
+
+    ``path`` and ``line`` say where (``line`` is 1-based, None for the whole file),
+    ``problem`` what is wrong and ``fix`` what to do about it.
+    """
+
+    def __init__(self, path: str | None, line: int | None, problem: str, fix: str) -> None:
+        self.path = path
+        self.line = line
+        self.problem = problem
+        self.fix = fix
+        where = path or "<results>"
+        if line is not None:
+            where = f"{where}:{line}"
+        super().__init__(f"{where}: {problem}; {fix}")
+
+
+class _Observation(Observation, frozen=True, omit_defaults=True, gc=False):
+    """An :class:`Observation` that leaves its default fields out when encoded."""
+
+
+class _Usage(Usage, frozen=True, omit_defaults=True, gc=False):
+    """A :class:`Usage` that leaves its default fields out when encoded."""
+
+
+class ReportLine(Result, omit_defaults=True, gc=False):
+    """A result as read for a report: a :class:`Result`, plus the example's ``input`` and
+    ``expected`` when the line carries them (``msgspec.UNSET`` when it does not).
+
+    It and its parts encode without their default fields: the page carries every example
+    whole, and a zero token count repeated 100,000 times is only weight.
+    """
+
+    observation: Observation = _Observation()
+    judge: Usage = _Usage()
+    input: Any = msgspec.UNSET
+    expected: Any = msgspec.UNSET
+
+
+class _DecodedLine(ReportLine, gc=False):
+    """The decoding type: the parts are decoded as their compact forms."""
+
+    observation: _Observation = _Observation()
+    judge: _Usage = _Usage()
+
+
+class ResultsFile(msgspec.Struct, kw_only=True):
+    """The results of one run as a report sees them.
+
+    ``header`` is the first header line's object (None when the file has none);
+    ``sessions`` holds any later header lines with their line numbers.
+    ``line_numbers[i]`` is the file line of ``results[i]`` (None for results given in
+    memory).
+    """
+
+    path: str | None
+    results: list[Result]
+    header: dict[str, Any] | None = None
+    sessions: list[tuple[int, dict[str, Any]]] = []
+    line_numbers: list[int] | None = None
+
+
+_decoder = msgspec.json.Decoder(_DecodedLine)
+_decode_line = _decoder.decode
+_decode_any = msgspec.json.Decoder().decode
+
+
+def id_key(example_id: Any) -> Any:
+    """A hashable key that tells ids apart by type as well (``1`` is not ``"1"``)."""
+    if isinstance(example_id, str):
+        return example_id
+    if isinstance(example_id, int) and not isinstance(example_id, bool):
+        return (int, example_id)
+    try:
+        return ("json", msgspec.json.encode(example_id))
+    except (TypeError, ValueError, UnicodeEncodeError):
+        return ("repr", repr(example_id))
+
+
+def load_results_file(path: str | PathLike[str]) -> ResultsFile:
+    """Read ``path`` whole: its results in file order and its header, if any.
+
+    Raises :class:`ResultsFileError` for a missing or empty file, a torn, non-JSON or
+    foreign line, a header of a newer format, or an example id that occurs twice.
+    """
+    p = Path(path)
+    name = str(path)
+    if not p.is_file():
+        what = "is a directory" if p.is_dir() else "does not exist"
+        raise ResultsFileError(
+            name, None, f"the results file {what}", "pass the file `skynet-eval run --output` wrote"
+        )
+    data = p.read_bytes()
+    if data.startswith(_BOM):
+        data = data[len(_BOM) :]
+    header, body, skipped = _split_header(data)
+    results: list[Result] | None = None
+    if body.endswith(b"\n") and b"\n\n" not in body:
+        try:
+            # The common case, a whole file of results: one call, no Python per line.
+            results = list(_decoder.decode_lines(body))
+        except (msgspec.DecodeError, RecursionError):
+            results = None  # read it line by line below, to say which line is wrong
+    if results is not None:
+        numbers = list(range(skipped + 1, skipped + 1 + len(results)))
+        sessions: list[tuple[int, dict[str, Any]]] = []
+        if header is not None:
+            header = _header(name, 1, header)
+    else:
+        header, results, numbers, sessions = _read_lines(name, data)
+    if not results:
+        raise ResultsFileError(
+            name,
+            None,
+            "holds no results" + (" (only a header)" if header is not None else ""),
+            "the run wrote none yet; run `skynet-eval run ... --output FILE` to completion",
+        )
+    _refuse_duplicates(name, results, numbers)
+    return ResultsFile(
+        path=name, results=results, header=header, sessions=sessions, line_numbers=numbers
+    )
+
+
+def _split_header(data: bytes) -> tuple[dict[str, Any] | None, bytes, int]:
+    """A header on the first line, the lines after it, and how many lines it took."""
+    end = data.find(b"\n")
+    first = data if end < 0 else data[:end]
+    if HEADER_KEY.encode() not in first:
+        return None, data, 0
+    try:
+        value = _decode_any(first)
+    except (msgspec.DecodeError, RecursionError):
+        return None, data, 0
+    if not isinstance(value, dict) or HEADER_KEY not in value:
+        return None, data, 0
+    return value, (b"" if end < 0 else data[end + 1 :]), 1
+
+
+def _read_lines(
+    name: str, data: bytes
+) -> tuple[dict[str, Any] | None, list[Result], list[int], list[tuple[int, dict[str, Any]]]]:
+    """Every line on its own: slower, but a bad line is found and named."""
+    parts = data.split(b"\n")
+    last = len(parts) - 1  # parts[last] is what follows the final newline (b"" normally)
+    results: list[Result] = []
+    numbers: list[int] = []
+    header: dict[str, Any] | None = None
+    sessions: list[tuple[int, dict[str, Any]]] = []
+    for index, raw in enumerate(parts):
+        if not raw.strip():
+            continue
+        try:
+            results.append(_decode_line(raw))
+            numbers.append(index + 1)
+            continue
+        except (msgspec.DecodeError, RecursionError) as exc:
+            error: Exception = exc
+        found = _not_a_result(name, index + 1, raw, error, torn=index == last)
+        if header is None and not results and not sessions:
+            header = _header(name, index + 1, found)
+        else:
+            sessions.append((index + 1, _header(name, index + 1, found)))
+    return header, results, numbers, sessions
+
+
+def _not_a_result(
+    path: str, number: int, raw: bytes, error: Exception, *, torn: bool
+) -> dict[str, Any]:
+    """The header object of a line that is not a result, or the error that says why not."""
+    quoted = repr(raw[:_SHOWN]) + ("..." if len(raw) > _SHOWN else "")
+    if isinstance(error, RecursionError):
+        raise ResultsFileError(
+            path,
+            number,
+            f"a value nested too deeply to read: {quoted}",
+            "a result's output or extra must be nested less deeply; delete or repair that line",
+        )
+    try:
+        value = _decode_any(raw)
+    except (msgspec.DecodeError, RecursionError):
+        if torn:
+            raise ResultsFileError(
+                path,
+                number,
+                f"the last line is cut short ({quoted}, no newline at its end): the run was "
+                "stopped mid-write, or is still writing",
+                "let the run finish, or go on with `skynet-eval run ... --resume` (which drops "
+                "that line), or delete the line",
+            ) from None
+        raise ResultsFileError(
+            path,
+            number,
+            f"not JSON ({error}): {quoted}",
+            "a results file holds one JSON object per line, as `skynet-eval run --output` "
+            "writes it; delete or repair that line",
+        ) from None
+    if isinstance(value, dict) and HEADER_KEY in value:
+        return value
+    if not isinstance(value, dict):
+        problem = f"a JSON {type(value).__name__}, not a result object: {quoted}"
+    elif "example_id" not in value or "score" not in value:
+        keys = ", ".join(repr(k) for k in list(value)[:8]) or "none"
+        problem = (
+            f"an object that is not a result (keys {keys}; a result has 'example_id' and "
+            "'score'), perhaps a dataset row or another tool's output"
+        )
+    else:
+        problem = f"a result with a bad field: {error}"
+    raise ResultsFileError(
+        path, number, problem, "pass the results file `skynet-eval run --output` wrote"
+    )
+
+
+def _header(path: str, number: int, value: dict[str, Any]) -> dict[str, Any]:
+    version = value[HEADER_KEY]
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ResultsFileError(
+            path,
+            number,
+            f"a header whose format version {HEADER_KEY!r} is {version!r}, not a positive integer",
+            "repair or delete that line",
+        )
+    if version > FORMAT_VERSION:
+        raise ResultsFileError(
+            path,
+            number,
+            f"written by a newer skynet-eval (results format {version}; this one reads "
+            f"format {FORMAT_VERSION})",
+            "upgrade skynet-eval to report on it",
+        )
+    return value
+
+
+def _refuse_duplicates(path: str | None, results: list[Result], numbers: list[int] | None) -> None:
+    seen: dict[Any, int] = {}
+    for index, result in enumerate(results):
+        key = id_key(result.example_id)
+        first = seen.setdefault(key, index)
+        if first != index:
+            if numbers is not None:
+                where, line = f"lines {numbers[first]} and {numbers[index]}", numbers[index]
+            else:
+                where, line = f"items {first + 1} and {index + 1}", None
+            raise ResultsFileError(
+                path,
+                line,
+                f"example id {result.example_id!r} has two results ({where}): two runs wrote "
+                "one file at once, or two files were joined",
+                "keep one result per example id (a report counts each example once)",
+            )
+
+
+def results_from(source: Iterable[Result] | str | PathLike[str]) -> ResultsFile:
+    """A results file from a path, or from results held in memory (a run's own list)."""
+    if isinstance(source, (str, PathLike)):
+        return load_results_file(source)
+    results = list(source)
+    for index, result in enumerate(results):
+        if not isinstance(result, Result):
+            raise ResultsFileError(
+                None,
+                None,
+                f"item {index + 1} is a {type(result).__name__}, not an evaluator.Result",
+                "pass the results an Evaluator returned, or a results file's path",
+            )
+    if not results:
+        raise ResultsFileError(None, None, "no results", "pass at least one result")
+    _refuse_duplicates(None, results, None)
+    return ResultsFile(path=None, results=results)
+
+
+class Joined(msgspec.Struct, frozen=True):
+    """An example's input and expected value, as the report shows them."""
+
+    input: Any
+    expected: Any
+
+
+def join_examples(examples: Iterable[Any]) -> dict[Any, Joined]:
+    """Input and expected value of each dataset example, keyed by :func:`id_key`."""
+    out: dict[Any, Joined] = {}
+    for example in examples:
+        out[id_key(example.id)] = Joined(example.input, example.expected)
+    return out
+
+
+def header_fields(header: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """The header's metadata as (label, text) pairs, nested objects flattened as ``a.b``."""
+    if not header:
+        return []
+    out: list[tuple[str, str]] = []
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            for key, item in value.items():
+                walk(f"{prefix}.{key}" if prefix else str(key), item)
+        elif isinstance(value, str):
+            out.append((prefix, value))
+        else:
+            try:
+                out.append((prefix, msgspec.json.encode(value).decode()))
+            except (TypeError, ValueError, UnicodeEncodeError):
+                out.append((prefix, repr(value)))
+
+    walk("", {k: v for k, v in header.items() if k != HEADER_KEY})
+    return out
