@@ -39,6 +39,12 @@ def private_copy(value: T) -> T:
                 break
         else:
             return value.copy()  # type: ignore[attr-defined, no-any-return]
+    elif kind is tuple:
+        for item in value:  # type: ignore[attr-defined]
+            if type(item) not in _ATOMS:
+                break
+        else:
+            return value  # a tuple of atoms cannot change
     try:
         return _plain(value)  # type: ignore[no-any-return]
     except (_NotPlain, RecursionError):
