@@ -21,11 +21,15 @@ one line per result, and ``--resume`` must read back every line it wrote. The ru
      example id) becomes U+FFFD (two surrogates that form a pair become their
      character);
    - NaN and infinities, complex numbers, objects of other classes, a container that
-     contains itself, nesting deeper than :data:`MAX_DEPTH` levels, and integers too long
-     to print become a marker object ``{"skynet_unstored": "<type>", "repr": "<its
-     repr, shortened>"}`` (for NaN, infinities and complex numbers the repr is exact:
-     ``float("nan")``, ``complex("(1+2j)")`` read it back);
-   - a key of another type (``True``, ``None``, a tuple) becomes its text.
+     contains itself, and integers too long to print become a marker object
+     ``{"skynet_unstored": "<type>", "repr": "<its repr, shortened>"}`` (for NaN,
+     infinities and complex numbers the repr is exact: ``float("nan")`` and
+     ``complex("(1+2j)")`` read it back);
+   - a key of another type (``True``, ``None``, a tuple) becomes its text;
+   - nesting is stored as deep as the encoder goes (several hundred levels, and the
+     reader reads back any line the writer wrote); in a result that needs any of the
+     replacements above, or that is too deep to encode, parts deeper than
+     :data:`MAX_DEPTH` levels become a marker too.
 
 The score, named scores, error kind and every measurement are never changed: they are
 numbers the engine validated. So a report rebuilt from the file equals the run's own
@@ -48,7 +52,7 @@ from ._results import Result
 
 __all__ = ["MAX_DEPTH", "UNSTORED_KEY", "StoreChange", "encode_results", "printable_id"]
 
-#: The deepest nesting stored as it is; deeper parts become a marker.
+#: The deepest nesting the careful path keeps; deeper parts become a marker.
 MAX_DEPTH = 200
 #: The key of the marker object that stands for a value JSON cannot hold.
 UNSTORED_KEY = "skynet_unstored"
