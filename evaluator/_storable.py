@@ -111,24 +111,24 @@ def _suspect(result: Result) -> bool:
 
 
 def _has_nonfinite(value: Any) -> bool:
+    """Whether ``value`` may hold a NaN or infinity. Only called on values msgspec has
+    just encoded, so it holds no cycle; anything but plain JSON types is "maybe" (the
+    careful path looks inside dataclasses, Structs and NumPy values)."""
     stack = [value]
-    seen = 0
+    pop, extend = stack.pop, stack.extend
     while stack:
-        item = stack.pop()
-        seen += 1
-        if seen > 1_000_000:  # a huge structure: let the careful path decide
-            return True
-        if isinstance(item, float):
-            if not math.isfinite(item):
+        item = pop()
+        kind = type(item)
+        if kind is str or kind is int or kind is bool or item is None:
+            continue
+        if kind is float:
+            if item - item != 0.0:  # true only for NaN and infinities
                 return True
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-            stack.extend(k for k in item if isinstance(k, float))
-        elif isinstance(item, (list, tuple, set, frozenset)):
-            stack.extend(item)
-        elif type(item) not in _SIMPLE:
-            # Dataclasses, Structs, NumPy values: msgspec may have written them, or
-            # their NaN, as something else. The careful path looks inside.
+        elif kind is dict:
+            extend(item.values())
+        elif kind is list or kind is tuple:
+            extend(item)
+        else:
             return True
     return False
 

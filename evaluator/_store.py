@@ -285,6 +285,7 @@ def _resume(
             f"the file already holds {info.lines} result(s); resume to go on from them "
             "(--resume), or choose another output file",
         )
+    writer.in_file = info.lines
     resumed = Resumed(info.done_ids, info.counted, info.foreign, info.duplicates)
     _check_prints(writer, info, prints, force, resumed)
     _repair(writer, info, resumed.notes)

@@ -141,6 +141,19 @@ class TestResultsWriter:
         assert path.read_bytes().endswith(b"\n")
         assert [r.example_id for r in read_results(path)] == _ids(3)
 
+    def test_write_failure_after_resume_counts_the_whole_file(self, tmp_path: Path) -> None:
+        """After a resume, the error counts this run's results and the file's separately."""
+        path = tmp_path / "r.jsonl"
+        with ResultsWriter(path) as writer:
+            writer.write(_results(range(3)))
+        writer, _ = open_results(path, fingerprints=None, resume=True)
+        with writer:
+            writer.write(_results(range(3, 5)))
+            writer._fh = Failing(writer._fh, errno.ENOSPC)
+            with pytest.raises(ResultsWriteError) as info:
+                writer.write(_results(range(5, 6)))
+        assert (info.value.written, info.value.in_file) == (2, 5)
+
     @pytest.mark.parametrize(
         ("code", "words"),
         [(errno.ENOSPC, "disk is full"), (errno.EROFS, "read-only"), (errno.EDQUOT, "quota")],

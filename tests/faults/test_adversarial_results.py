@@ -536,3 +536,27 @@ async def test_odd_extra_info_is_kept_not_blamed_on_the_metric(tmp_path: Path) -
     async with Evaluator(tmp_path / "metric.py", execution="thread", timeout=30) as ev:
         results = await ev.evaluate_many(None, rows)
     assert [r.error for r in results] == [None, None]
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_cli_run_with_its_dataset_as_output_leaves_it_intact(tmp_path: Path, resume: bool) -> None:
+    """`skynet-eval run --output <the dataset>` stops with a usage error (exit 2) and the
+    dataset keeps every byte, with or without --resume."""
+    import sys
+
+    data = tmp_path / "data.jsonl"
+    data.write_text(
+        "".join(json.dumps({"id": i, "input": {}, "output": "o"}) + "\n" for i in range(3))
+    )
+    metric = tmp_path / "metric.py"
+    metric.write_text("def score(input, output):\n    return 1.0, {'feedback': ''}\n")
+    before = data.read_bytes()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    argv = [sys.executable, "-m", "evaluator", "run", "--metric", str(metric), "--data", str(data)]
+    argv += ["--output", str(data), "--execution", "thread", *(["--resume"] if resume else [])]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    if resume:
+        assert "not a results file" in done.stderr
+    assert data.read_bytes() == before
