@@ -32,6 +32,7 @@ counted, and reported by number.
 
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 from collections.abc import Callable, Collection, Iterator
@@ -44,7 +45,16 @@ from ._fileerrors import NotAResultsFile, ResultsFileError
 from ._fingerprint import FORMAT_VERSION, HEADER_KEY, ResultsHeader
 from ._results import Result
 
-__all__ = ["Reader", "ResultsScan", "ResumeWarning", "Torn", "id_key", "scan", "torn_warning"]
+__all__ = [
+    "Reader",
+    "ResultsScan",
+    "ResumeWarning",
+    "Torn",
+    "buffered",
+    "id_key",
+    "scan",
+    "torn_warning",
+]
 
 _result_decoder = msgspec.json.Decoder(Result)
 _any_decoder = msgspec.json.Decoder()
@@ -182,7 +192,7 @@ def scan(
 
     ``dataset_ids``: count only results for these ids (others are foreign).
     ``on_result`` is called with every counted result in file order (to rebuild a
-    report).
+    report). ``fh`` is left open (it is read through a duplicate descriptor).
     Raises :class:`NotAResultsFile` or :class:`ResultsFileError` as the module says; a
     torn last line is reported in ``.torn``, not repaired.
     """
@@ -193,8 +203,19 @@ def scan(
             return reader.out
         with p.open("rb") as own:
             return reader.read(own)
-    fh.seek(0)
-    return reader.read(fh)
+    return reader.read(buffered(fh))
+
+
+def buffered(fh: IO[bytes]) -> IO[bytes]:
+    """A buffered reader from the start of ``fh``'s file, on a descriptor of its own.
+
+    A writer's file is unbuffered (each write reaches the OS at once), and reading lines
+    from an unbuffered file costs a system call per byte. The duplicate shares the file
+    and its lock; the writer appends (``O_APPEND``), so where this one reads is moot.
+    """
+    reader = open(os.dup(fh.fileno()), "rb")  # noqa: SIM115 - closed by the caller's reading
+    reader.seek(0)
+    return reader
 
 
 class Reader:
@@ -213,9 +234,10 @@ class Reader:
         self.on_result = on_result
 
     def read(self, fh: IO[bytes]) -> ResultsScan:
-        """Read all of ``fh``; the scan is :attr:`out`."""
-        for _ in self.iterate(fh):
-            pass
+        """Read all of ``fh`` (and close it); the scan is :attr:`out`."""
+        with fh:
+            for _ in self.iterate(fh):
+                pass
         return self.out
 
     def iterate(self, fh: IO[bytes]) -> Iterator[Result]:

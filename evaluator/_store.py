@@ -35,7 +35,15 @@ import msgspec
 from ._fileerrors import ResultsFileError, ResultsLocked, ResultsWriteError, ResumeMismatch
 from ._fingerprint import FORMAT_VERSION, HEADER_KEY, Fingerprints, ResultsHeader, compare
 from ._results import Result
-from ._resultsfile import Reader, ResultsScan, ResumeWarning, Torn, scan, torn_warning
+from ._resultsfile import (
+    Reader,
+    ResultsScan,
+    ResumeWarning,
+    Torn,
+    buffered,
+    scan,
+    torn_warning,
+)
 from ._storable import StoreChange, encode_results
 
 if sys.platform != "win32":
@@ -291,7 +299,7 @@ def _resume(
     _repair(writer, info, resumed.notes)
     _count_notes(info, dataset_ids, resumed.notes)
     if on_result is not None and info.counted:
-        Reader(path, dataset_ids, on_result).read(_rewound(writer))
+        Reader(path, dataset_ids, on_result).read(buffered(writer._fh))
     return resumed
 
 
@@ -380,12 +388,6 @@ def _count_notes(info: ResultsScan, dataset_ids: Collection[Any] | None, notes: 
         )
     if dataset_ids is None:
         notes.append("the dataset's ids were not given: results for other ids may be counted")
-
-
-def _rewound(writer: ResultsWriter) -> Any:
-    fh = writer._fh
-    fh.seek(0)
-    return fh
 
 
 def read_results(path: str | Path, *, repair: bool = True) -> Iterator[Result]:
