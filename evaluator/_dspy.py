@@ -14,6 +14,11 @@ The first two get a plain ``float``: a ``Prediction(score=0.0)`` is truthy (its 
 its field count), so bootstrapping would keep every failed trace as a demo. The feedback
 call gets a ``dspy.Prediction``. dspy itself is imported only when that Prediction is
 built, so importing this module stays cheap.
+
+What ``dspy.GEPA``'s reflection sees is built by dspy from the program's trace (the
+predictor's inputs and outputs) and from the feedback returned here, which is the
+metric's own text; ``score`` gets private copies of the example's fields and of the
+prediction, so a metric that edits them cannot put ``expected`` into the trace.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 
 from ._context import CallContext, call_context
 from ._contract import short_repr, validate_return
+from ._copy import private_copy
 from ._exceptions import STEP_RUNS, ContractError
 from ._loader import UserFunction, _arity, load_metric
 from ._results import Observation, Scored
@@ -166,7 +172,8 @@ class DSPyMetric:
     def arguments(
         self, gold: Any, pred: Any, example_id: Any = None
     ) -> tuple[dict[str, Any], Any, dict[str, Any] | None]:
-        """``(input, output, expected)`` for ``score`` from a DSPy example and prediction."""
+        """``(input, output, expected)`` for ``score`` from a DSPy example and prediction:
+        private copies, sharing nothing with ``gold`` or ``pred``."""
         if example_id is None:
             example_id = self.example_id(gold)
         try:
@@ -198,7 +205,10 @@ class DSPyMetric:
                     "pass the name of an output field of your signature as output_field=",
                     example_id=example_id,
                 ) from None
-        return inputs, output, (labels or None)
+        # Private copies: a metric that edits its arguments must not change the example
+        # (scored again for every candidate, and shown to dspy.GEPA's reflection as the
+        # predictor's inputs) nor the prediction (shown as its outputs).
+        return private_copy(inputs), private_copy(output), private_copy(labels) or None
 
     def score(self, gold: Any, pred: Any) -> Scored:
         """Call the user's ``score`` on one DSPy example and check its return value."""

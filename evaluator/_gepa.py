@@ -18,14 +18,20 @@ The engine is async and lives on an event loop; GEPA's calls are bridged onto th
 Never ``asyncio.run`` inside a running loop, and never a blocking call on the loop's own
 thread (that would deadlock: the adapter says so instead).
 
-Nothing handed to GEPA carries the examples' ``expected`` values: trajectories and
-reflective records hold the input, the output, the score and the feedback only.
+Nothing handed to GEPA carries the examples' ``expected`` values, by construction rather
+than by masking (see :mod:`evaluator._reflection`): trajectories and reflective records
+hold the inputs as copied before the evaluation, the program's output, the score, the
+metric's own feedback and named scores, and for an error the engine's words for it (a
+metric's exception message is never among them; it is logged for people instead). Each
+evaluation hands the engine private copies of the examples' data, so a metric that edits
+``input`` or ``expected`` cannot change GEPA's dataset or what the next candidate sees.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Self, TypeVar
@@ -33,7 +39,9 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 import anyio
 import anyio.from_thread
 
-from ._dataset import Example, examples_from_rows
+from ._copy import private_copy
+from ._dataset import NO_OUTPUT, Example, examples_from_rows
+from ._reflection import from_program, reflection_feedback
 from ._results import Result
 
 if TYPE_CHECKING:
@@ -42,6 +50,10 @@ if TYPE_CHECKING:
 __all__ = ["EvaluatorAdapter", "Trajectory"]
 
 T = TypeVar("T")
+
+logger = logging.getLogger("evaluator.gepa")
+#: Distinct metric errors logged per adapter; more are counted, not shown.
+_LOGGED_ERRORS = 20
 
 #: One example's trajectory: what the reflective dataset is built from. No ``expected``.
 Trajectory = dict[str, Any]
@@ -85,6 +97,7 @@ class EvaluatorAdapter:
         self.propose_new_texts = propose_new_texts
         self._loop = loop
         self._portal: anyio.from_thread.BlockingPortal | None = None
+        self._logged: set[str] = set()
 
     @classmethod
     @contextmanager
@@ -200,8 +213,13 @@ class EvaluatorAdapter:
     ) -> EvaluationBatch[Trajectory, Any]:
         # GEPA may draw an example twice into one minibatch: ids need not be unique here.
         examples = list(examples_from_rows(batch, check_unique=False))
-        results = await self.evaluator.evaluate_many(self.artifact(candidate), examples)
-        return self._to_batch(examples, results, capture_traces)
+        # What the reflection shows as inputs is copied before anything runs; the engine
+        # gets copies of its own, so user code that edits them changes neither GEPA's
+        # rows (scored again for every candidate) nor what the reflection sees.
+        shown = [private_copy(ex.input) for ex in examples]
+        private = [_private(ex) for ex in examples]
+        results = await self.evaluator.evaluate_many(self.artifact(candidate), private)
+        return self._to_batch(examples, shown, results, capture_traces)
 
     async def _evaluate_all(
         self, items: Sequence[tuple[dict[str, str], Sequence[Any]]], capture_traces: bool
@@ -216,8 +234,34 @@ class EvaluatorAdapter:
                 tg.start_soon(one, index, candidate, batch)
         return [b for b in out if b is not None]
 
+    def _log_hidden(self, example: Example, result: Result) -> None:
+        """Log an error the reflection is not told in full (a metric's message may quote
+        ``expected``): the user still learns why the metric failed."""
+        error = result.error
+        if error is None or from_program(error):
+            return
+        if error.message in self._logged or len(self._logged) > _LOGGED_ERRORS:
+            return
+        self._logged.add(error.message)
+        more = (
+            " (further distinct errors are not logged)"
+            if len(self._logged) > _LOGGED_ERRORS
+            else ""
+        )
+        logger.warning(
+            "example %r: %s: %s; GEPA's reflection sees only that the metric failed%s",
+            example.id,
+            error.kind,
+            error.message,
+            more,
+        )
+
     def _to_batch(
-        self, examples: list[Example], results: list[Result], capture_traces: bool
+        self,
+        examples: list[Example],
+        shown: list[dict[str, Any]],
+        results: list[Result],
+        capture_traces: bool,
     ) -> EvaluationBatch[Trajectory, Any]:
         from gepa.core.adapter import EvaluationBatch
 
@@ -229,16 +273,12 @@ class EvaluatorAdapter:
         scores: list[float] = []
         objectives: list[dict[str, float]] = []
         trajectories: list[Trajectory] = []
-        for example, result in zip(examples, results, strict=True):
+        for example, inputs, result in zip(examples, shown, results, strict=True):
             score = result.score
-            feedback = result.feedback
             if result.error is not None:
                 if self.failure_score is not None:
                     score = self.failure_score
-                message = _scrub_expected(result.error.message, example.expected)
-                feedback = _scrub_expected(feedback, example.expected)
-                if message not in feedback:
-                    feedback = f"{feedback}\n{message}".strip()
+                self._log_hidden(example, result)
             outputs.append(result.output)
             scores.append(score)
             objectives.append(dict(result.scores))
@@ -246,11 +286,11 @@ class EvaluatorAdapter:
                 trajectories.append(
                     {
                         "example_id": example.id,
-                        "input": example.input,
+                        "input": inputs,
                         "output": result.output,
                         "score": score,
                         "scores": dict(result.scores),
-                        "feedback": feedback,
+                        "feedback": reflection_feedback(result),
                         "error": result.error.kind if result.error is not None else None,
                     }
                 )
@@ -262,33 +302,15 @@ class EvaluatorAdapter:
         )
 
 
-def _expected_leaves(value: Any) -> Iterator[str]:
-    if isinstance(value, dict):
-        for item in value.values():
-            yield from _expected_leaves(item)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _expected_leaves(item)
-    elif isinstance(value, str):
-        yield value
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        yield repr(value)
-
-
-def _scrub_expected(text: str, expected: Any) -> str:
-    """An engine error message with the example's expected values masked.
-
-    The metric's own feedback is the user's text, but an error message is the engine's:
-    a traceback's ``KeyError: 'billing'`` or ``the score is a str ('billing')`` would
-    otherwise hand the expected value to the reflection model. Values shorter than two
-    characters are left alone, since masking them would garble every message.
-    """
-    if not expected:
-        return text
-    leaves = sorted({v for v in _expected_leaves(expected) if len(v) >= 2}, key=len, reverse=True)
-    for leaf in leaves:
-        text = text.replace(repr(leaf), "<expected>").replace(leaf, "<expected>")
-    return text
+def _private(example: Example) -> Example:
+    """The example with copies of its data, for the engine to hand to user code."""
+    output = example.output
+    return Example(
+        id=example.id,
+        input=private_copy(example.input),
+        expected=private_copy(example.expected),
+        output=output if output is NO_OUTPUT else private_copy(output),
+    )
 
 
 async def _awaited(fn: Callable[..., Awaitable[T]], *args: Any) -> T:

@@ -149,3 +149,108 @@ class TestRows:
         """Duplicate ids in memory are refused with the row position."""
         with pytest.raises(DatasetError, match="row 1: duplicate id 'a'"):
             list(examples_from_rows([{"id": "a", "input": {}}, {"id": "a", "input": {}}]))
+
+
+class TestFileRules:
+    def check(self, path: Path, line: int | None, words: str, **kw: Any) -> None:
+        with pytest.raises(DatasetError) as info:
+            list(load_examples(path, **kw))
+        assert info.value.line == line
+        assert str(path) in str(info.value)
+        assert words in info.value.problem
+
+    @pytest.mark.parametrize("suffix", [".jsonl", ".json", ".csv"])
+    def test_utf8_byte_order_mark_is_not_data(self, tmp_path: Path, suffix: str) -> None:
+        """A UTF-8 BOM (as spreadsheets save 'CSV UTF-8') is skipped: the id column stays."""
+        path = tmp_path / f"d{suffix}"
+        body = {
+            ".jsonl": '{"id": "x1", "input": {"q": "hi"}}\n',
+            ".json": '[{"id": "x1", "input": {"q": "hi"}}]',
+            ".csv": "id,q\nx1,hi\n",
+        }[suffix]
+        path.write_bytes(b"\xef\xbb\xbf" + body.encode())
+        kw = {"input_cols": ["q"]} if suffix == ".csv" else {}
+        (example,) = load_examples(path, **kw)
+        assert example.id == "x1" and example.input == {"q": "hi"}
+
+    @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32"])
+    def test_utf16_and_utf32_are_refused_with_the_fix(self, tmp_path: Path, encoding: str) -> None:
+        """UTF-16/32 files (with a BOM, or NULs without one) say to save as UTF-8."""
+        path = tmp_path / "d.csv"
+        path.write_bytes("id,q\nx1,hi\n".encode(encoding))
+        self.check(path, 1, "save it as UTF-8", input_cols=["q"])
+
+    def test_non_utf8_csv_names_the_line_and_byte(self, tmp_path: Path) -> None:
+        """A Latin-1 cell is refused at its line, naming the byte, never a UnicodeDecodeError."""
+        path = tmp_path / "d.csv"
+        path.write_bytes(b"id,q\nx1,hi\nx2,caf\xe9\n")
+        self.check(path, 3, "0xE9", input_cols=["q"])
+
+    @pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+    @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+    def test_nan_and_infinity_are_refused_in_every_json_format(
+        self, tmp_path: Path, suffix: str, literal: str
+    ) -> None:
+        """One rule for .json and .jsonl: NaN/Infinity refused, naming the line and key path."""
+        path = tmp_path / f"d{suffix}"
+        row = '{"input": {"q": [1, ' + literal + "]}}"
+        first = '{"input": {}}'
+        path.write_text(f"{first}\n{row}\n" if suffix == ".jsonl" else f"[{first},\n{row}]")
+        with pytest.raises(DatasetError) as info:
+            list(load_examples(path))
+        assert info.value.line == 2
+        assert f"{literal} at $" in info.value.problem and "['q'][1]" in info.value.problem
+
+    @pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+    def test_lone_surrogate_escape_is_refused(self, tmp_path: Path, suffix: str) -> None:
+        """A lone \\ud800 escape is named as a lone surrogate in every JSON format."""
+        path = tmp_path / f"d{suffix}"
+        row = r'{"input": {"q": "a\ud800b"}}'
+        path.write_text(row + "\n" if suffix == ".jsonl" else f"[{row}]")
+        self.check(path, 1, "lone surrogate")
+
+    def test_surrogate_pair_and_escaped_backslash_are_fine(self, tmp_path: Path) -> None:
+        """A real pair decodes to its character; an escaped backslash is not an escape."""
+        path = tmp_path / "d.jsonl"
+        path.write_text(r'{"input": {"q": "\ud83d\ude00 \\ud800"}}' + "\n")
+        (example,) = load_examples(path)
+        assert example.input["q"] == "\U0001f600 \\ud800"
+
+    @pytest.mark.parametrize("depth", [201, 5_000, 100_000])
+    @pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+    def test_deep_nesting_is_a_dataset_error(self, tmp_path: Path, depth: int, suffix: str) -> None:
+        """A row nested past the limit is a DatasetError naming file and line, never a
+        RecursionError, however deep."""
+        path = tmp_path / f"d{suffix}"
+        deep = "[" * depth + "]" * depth
+        row = '{"input": {"q": ' + deep + "}}"
+        first = '{"input": {}}'
+        path.write_text(f"{first}\n{row}\n" if suffix == ".jsonl" else f"[{first},\n{row}]")
+        with pytest.raises(DatasetError) as info:
+            list(load_examples(path))
+        assert info.value.line == 2 and "nested more than 200 levels" in info.value.problem
+
+    def test_nesting_at_the_limit_loads(self, tmp_path: Path) -> None:
+        """A row exactly 200 levels deep (the row object is level 1) loads."""
+        path = tmp_path / "d.jsonl"
+        path.write_text('{"input": {"q": ' + "[" * 198 + "]" * 198 + "}}\n")
+        (example,) = load_examples(path)
+        assert isinstance(example.input["q"], list)
+
+    def test_position_meeting_an_explicit_id_names_both_lines(self, tmp_path: Path) -> None:
+        """A row without an id whose position equals another row's id: both lines named,
+        and the fix (give every row an id)."""
+        path = jsonl(tmp_path / "d.jsonl", [{"id": 1, "input": {}}, {"input": {}}])
+        self.check(path, 2, "line 2 has no id, so its position 1 is its id, and line 1")
+        path = jsonl(tmp_path / "e.jsonl", [{"input": {}}, {"id": 0, "input": {}}])
+        self.check(path, 2, "line 1 has no id, so its position 0 is its id, and line 2")
+
+    def test_string_and_integer_ids_differ(self, tmp_path: Path) -> None:
+        """ "1" and 1 are different ids (JSON and the results file keep them apart)."""
+        path = jsonl(tmp_path / "d.jsonl", [{"id": "1", "input": {}}, {"input": {}}])
+        assert [e.id for e in load_examples(path)] == ["1", 1]
+
+    def test_directory_is_not_a_dataset(self, tmp_path: Path) -> None:
+        """A directory given as the dataset says so."""
+        with pytest.raises(DatasetError, match="a directory"):
+            load_examples(tmp_path)

@@ -1,0 +1,74 @@
+"""Private copies of an example's data, so that one call cannot change what another sees.
+
+User code runs in the engine's own process in the thread, async and inline executors:
+a program that edits its ``input`` dict, or a metric that edits ``input``, ``output`` or
+``expected``, would otherwise change the example for the metric that runs next, for the
+next candidate (an optimizer scores the same examples again and again), and for what a
+reflection model is shown. Each call gets its own copy instead. (Worker processes get
+copies anyway: arguments are pickled.)
+
+The copy is cheap where data is plain: strings and numbers are shared (they cannot
+change), a flat dict or list of them is copied in one C call, and only nested or unusual
+values go through ``copy.deepcopy``. A value that cannot be copied (a lock, an open file,
+a generator) is shared as it is: copying is a protection, never a new way to fail.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, TypeVar
+
+import msgspec
+
+__all__ = ["private_copy"]
+
+T = TypeVar("T")
+
+# Values that cannot change: shared, never copied.
+_ATOMS = frozenset({str, int, float, bool, type(None), bytes, complex, type(msgspec.UNSET)})
+
+
+def private_copy(value: T) -> T:
+    """A copy of ``value`` that shares no mutable part with it (see the module)."""
+    kind = type(value)
+    if kind in _ATOMS:
+        return value
+    if kind is dict:
+        for item in value.values():  # type: ignore[attr-defined]
+            if type(item) not in _ATOMS:
+                break
+        else:
+            return value.copy()  # type: ignore[attr-defined, no-any-return]
+    elif kind is tuple:
+        for item in value:  # type: ignore[attr-defined]
+            if type(item) not in _ATOMS:
+                break
+        else:
+            return value  # a tuple of atoms cannot change
+    try:
+        return _plain(value)  # type: ignore[no-any-return]
+    except (_NotPlain, RecursionError):
+        pass
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # not copyable (or too deep to copy): shared, as before copies existed
+        return value
+
+
+class _NotPlain(Exception):
+    """A value other than JSON-like data: ``copy.deepcopy`` takes it."""
+
+
+def _plain(value: Any) -> Any:
+    """A copy of JSON-like data (dicts, lists, tuples of atoms), several times faster than
+    ``copy.deepcopy``, which keeps a memo of every object for the sake of cycles."""
+    kind = type(value)
+    if kind in _ATOMS:
+        return value
+    if kind is dict:
+        return {k: _plain(v) for k, v in value.items()}
+    if kind is list:
+        return [_plain(v) for v in value]
+    if kind is tuple:
+        return tuple([_plain(v) for v in value])
+    raise _NotPlain
