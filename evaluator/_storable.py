@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 import reprlib
 from collections.abc import Iterable
+from decimal import Decimal
 from typing import Any
 
 import msgspec
@@ -264,8 +265,8 @@ class _Cleaner:
             return self._int(int(value), path)
         if isinstance(value, float):
             return self._value(float(value), path, depth)
-        if isinstance(value, complex):
-            return self._marker(value, path, "a complex number (JSON has none)")
+        if isinstance(value, complex) or (isinstance(value, Decimal) and not value.is_finite()):
+            return self._marker(value, path, f"{value!r} (JSON has no such number)")
         tolist = getattr(value, "tolist", None)
         if callable(tolist) and type(value).__module__.split(".")[0] == "numpy":
             try:
