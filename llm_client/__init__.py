@@ -12,18 +12,18 @@ from ._exceptions import ModelConfigError as ModelConfigError
 from ._exceptions import RequestTooLargeError as RequestTooLargeError
 from ._governor import GovernorStatistics as GovernorStatistics
 from ._governor import RateGovernor as RateGovernor
-from ._http import HTTPTransport as HTTPTransport
 from ._retry import RetryDetails as RetryDetails
 from ._simulator import ModelSettings as ModelSettings
 from ._simulator import Simulator as Simulator
 from ._simulator import SimulatorConfig as SimulatorConfig
 from ._simulator import SimulatorStatistics as SimulatorStatistics
-from ._transport import AiohttpTransport as AiohttpTransport
-from ._transport import HTTPRequest as HTTPRequest
-from ._transport import HTTPResponse as HTTPResponse
-from ._transport import MockTransport as MockTransport
-from ._transport import Transport as Transport
-from ._transport import TransportError as TransportError
+from ._transports import AiohttpTransport as AiohttpTransport
+from ._transports import HTTPRequest as HTTPRequest
+from ._transports import HTTPResponse as HTTPResponse
+from ._transports import HTTPTransport as HTTPTransport
+from ._transports import MockTransport as MockTransport
+from ._transports import Transport as Transport
+from ._transports import TransportError as TransportError
 
 __all__ = [
     "AiohttpTransport",

@@ -15,10 +15,9 @@ import msgspec
 from ._config import ModelConfig
 from ._exceptions import ClientClosedError, LLMError
 from ._governor import GovernorStatistics, Permit, RateGovernor, governor_for
-from ._http import HTTPTransport
 from ._pricing import Prices, resolve_prices
 from ._retry import NEVER_RETRY, RetryDetails, backoff, is_retryable_status, server_wait
-from ._transport import HTTPRequest, HTTPResponse, Transport, TransportError
+from ._transports import HTTPRequest, HTTPResponse, HTTPTransport, Transport, TransportError
 from ._wire import (
     REQUEST_OPTIONS,
     ChatRequest,
@@ -133,7 +132,7 @@ def default_transport(config: ModelConfig) -> Transport:
     proxied = "http" in getproxies() and not proxy_bypass(parts.hostname or "")
     if parts.scheme == "http" and not proxied:
         return HTTPTransport(limit=config.max_concurrency)
-    from ._transport import AiohttpTransport
+    from ._transports import AiohttpTransport
 
     return AiohttpTransport(limit=config.max_concurrency)
 
