@@ -8,6 +8,7 @@ from ._client import ModelClient as ModelClient
 from ._config import ModelConfig as ModelConfig
 from ._exceptions import ClientClosedError as ClientClosedError
 from ._exceptions import LLMError as LLMError
+from ._exceptions import ModelClientError as ModelClientError
 from ._exceptions import ModelConfigError as ModelConfigError
 from ._exceptions import RequestTooLargeError as RequestTooLargeError
 from ._governor import GovernorStatistics as GovernorStatistics
@@ -36,6 +37,7 @@ __all__ = [
     "LLMError",
     "MockTransport",
     "ModelClient",
+    "ModelClientError",
     "ModelConfig",
     "ModelConfigError",
     "ModelSettings",

@@ -39,12 +39,20 @@ class ModelSettings(msgspec.Struct, frozen=True, kw_only=True):
         for name in ("latency_ms", "jitter_ms"):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value >= 0):
-                raise ModelConfigError(f"`{name}` must be zero or more, got {value!r}")
+                raise ModelConfigError(
+                    f"`{name}` must be zero or more, got {value!r}", field=name, value=value
+                )
         if not 0.0 <= self.noise <= 1.0:
-            raise ModelConfigError(f"`noise` must be between 0 and 1, got {self.noise!r}")
+            raise ModelConfigError(
+                f"`noise` must be between 0 and 1, got {self.noise!r}",
+                field="noise",
+                value=self.noise,
+            )
         if self.reasoning_tokens < 0:
             raise ModelConfigError(
-                f"`reasoning_tokens` must be zero or more, got {self.reasoning_tokens!r}"
+                f"`reasoning_tokens` must be zero or more, got {self.reasoning_tokens!r}",
+                field="reasoning_tokens",
+                value=self.reasoning_tokens,
             )
 
 
@@ -83,20 +91,36 @@ class SimulatorConfig(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         _check_host(self.host)
         if not 0 <= self.port <= 65535:
-            raise ModelConfigError(f"`port` must be between 0 and 65535, got {self.port}")
+            raise ModelConfigError(
+                f"`port` must be between 0 and 65535, got {self.port}",
+                field="port",
+                value=self.port,
+            )
         for name in ("latency_ms", "jitter_ms", "slow_ms"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
-                raise ModelConfigError(f"`{name}` must be zero or more, got {value!r}")
+                raise ModelConfigError(
+                    f"`{name}` must be zero or more, got {value!r}", field=name, value=value
+                )
         for name in ("rpm", "tpm"):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
-                raise ModelConfigError(f"`{name}` must be positive, got {value!r}")
+                raise ModelConfigError(
+                    f"`{name}` must be positive, got {value!r}", field=name, value=value
+                )
         if not (math.isfinite(self.window_s) and self.window_s > 0):
-            raise ModelConfigError(f"`window_s` must be positive, got {self.window_s!r}")
+            raise ModelConfigError(
+                f"`window_s` must be positive, got {self.window_s!r}",
+                field="window_s",
+                value=self.window_s,
+            )
         self._check_rates()
         if self.max_history < 1:
-            raise ModelConfigError(f"`max_history` must be at least 1, got {self.max_history}")
+            raise ModelConfigError(
+                f"`max_history` must be at least 1, got {self.max_history}",
+                field="max_history",
+                value=self.max_history,
+            )
 
     def _check_rates(self) -> None:
         total = 0.0
@@ -104,12 +128,18 @@ class SimulatorConfig(msgspec.Struct, frozen=True, kw_only=True):
             name = f"{kind}_rate"
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
-                raise ModelConfigError(f"`{name}` must be between 0 and 1, got {value!r}")
+                raise ModelConfigError(
+                    f"`{name}` must be between 0 and 1, got {value!r}", field=name, value=value
+                )
             total += value
         if total > 1.0 + 1e-9:
             raise ModelConfigError(f"the fault rates add up to {total:g}; they must not pass 1")
         if not 0.0 <= self.pass_rate <= 1.0:
-            raise ModelConfigError(f"`pass_rate` must be between 0 and 1, got {self.pass_rate!r}")
+            raise ModelConfigError(
+                f"`pass_rate` must be between 0 and 1, got {self.pass_rate!r}",
+                field="pass_rate",
+                value=self.pass_rate,
+            )
 
 
 def _check_host(host: str) -> None:
@@ -121,5 +151,7 @@ def _check_host(host: str) -> None:
     if not loopback:
         raise ModelConfigError(
             f"`host` must be a loopback address (127.0.0.1 or ::1), got {host!r}: "
-            "the simulator is for local tests only"
+            "the simulator is for local tests only",
+            field="host",
+            value=host,
         )

@@ -1,8 +1,9 @@
 """What a transport is: the interface the client calls, and the request and response it passes.
 
 A transport sends one request and returns the whole response, or raises
-:class:`TransportError` saying what went wrong in terms the retry logic needs: could not
-connect, timed out (before or after the response started), or the connection dropped.
+:class:`TransportError` (defined with the package's other exceptions) saying what went
+wrong in terms the retry logic needs: could not connect, timed out (before or after the
+response started), or the connection dropped.
 Whole bodies, not streams: a chat completion is one small JSON reply, and a whole body
 keeps the interface to three methods that a test double can implement in ten lines.
 """
@@ -10,11 +11,11 @@ keeps the interface to three methods that a test double can implement in ten lin
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal, Protocol
+from typing import Protocol
 
-__all__ = ["HTTPRequest", "HTTPResponse", "Transport", "TransportError", "TransportErrorKind"]
+from .._exceptions import TransportError as TransportError
 
-TransportErrorKind = Literal["connect", "timeout", "disconnected", "other"]
+__all__ = ["HTTPRequest", "HTTPResponse", "Transport", "TransportError"]
 
 
 class HTTPRequest:
@@ -44,16 +45,6 @@ class HTTPResponse:
 
     def __repr__(self) -> str:
         return f"HTTPResponse({self.status}, {len(self.body)} bytes)"
-
-
-class TransportError(Exception):
-    """No usable response. ``response_started``: the status line had arrived."""
-
-    def __init__(self, kind: TransportErrorKind, detail: str, *, response_started: bool) -> None:
-        self.kind = kind
-        self.detail = detail
-        self.response_started = response_started
-        super().__init__(f"{kind}: {detail}")
 
 
 class Transport(Protocol):
