@@ -27,8 +27,12 @@ FAULT_KINDS = (
 )
 
 
-class ModelSettings(msgspec.Struct, frozen=True, kw_only=True):
-    """One served model: its latency (None: the simulator's), verdict noise, reasoning."""
+class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One served model: its latency (None: the simulator's), verdict noise, reasoning.
+
+    Unknown fields are refused (in a JSON config too): a misspelt ``latency`` would
+    otherwise leave the model at the default latency without a word.
+    """
 
     latency_ms: float | None = None
     jitter_ms: float | None = None
@@ -61,8 +65,9 @@ class SimulatorConfig(msgspec.Struct, frozen=True, kw_only=True):
 
     ``latency_ms`` plus a uniform draw in ``[0, jitter_ms]`` delays each reply.
     ``slow_rate`` requests are delayed ``slow_ms`` instead (past a client's timeout).
-    ``models`` maps a model name to its settings; when it is not empty, other model names
-    get 404. ``api_key`` (None: none) is required as a Bearer token when set.
+    ``models`` maps a model name to its settings (a :class:`ModelSettings`, or a dict of
+    its fields, converted and checked here); when it is not empty, other model names get
+    404. ``api_key`` (None: none) is required as a Bearer token when set.
     """
 
     host: str = "127.0.0.1"
@@ -115,6 +120,7 @@ class SimulatorConfig(msgspec.Struct, frozen=True, kw_only=True):
                 value=self.window_s,
             )
         self._check_rates()
+        self._convert_models()
         if self.max_history < 1:
             raise ModelConfigError(
                 f"`max_history` must be at least 1, got {self.max_history}",
@@ -140,6 +146,44 @@ class SimulatorConfig(msgspec.Struct, frozen=True, kw_only=True):
                 field="pass_rate",
                 value=self.pass_rate,
             )
+
+    def _convert_models(self) -> None:
+        """Check ``models`` now, and turn dicts into ModelSettings: a dict left as it is
+        would pass here and fail on the first request, inside the server."""
+        models: object = self.models
+        if not isinstance(models, dict):
+            raise ModelConfigError(
+                "`models` must map model names to ModelSettings, "
+                f"got {type(models).__name__}: {models!r}",
+                field="models",
+                value=models,
+            )
+        if all(type(k) is str and type(v) is ModelSettings for k, v in models.items()):
+            return  # the usual case: nothing to convert
+        converted = {name: _model_settings(name, settings) for name, settings in models.items()}
+        msgspec.structs.force_setattr(self, "models", converted)
+
+
+def _model_settings(name: object, settings: object) -> ModelSettings:
+    """One ``models`` entry as ModelSettings, or a ModelConfigError naming the entry."""
+    if not isinstance(name, str):
+        raise ModelConfigError(
+            f"`models` keys must be model names (strings), got {name!r}",
+            field="models",
+            value=name,
+        )
+    if isinstance(settings, ModelSettings):
+        return settings
+    field = f"models[{name!r}]"
+    try:
+        return msgspec.convert(settings, ModelSettings)
+    except msgspec.ValidationError as exc:
+        raise ModelConfigError(
+            f"`{field}`: {exc} (give a ModelSettings, or a dict of its fields: "
+            "latency_ms, jitter_ms, noise, reasoning_tokens)",
+            field=field,
+            value=settings,
+        ) from None
 
 
 def _check_host(host: str) -> None:
