@@ -1,6 +1,6 @@
 """Model client benchmarks against the simulator (in its own process, so it has a core).
 
-    /work/venv/bin/python benchmarks/bench_llm.py [--smoke] [--only rate,latency,storm]
+    python benchmarks/bench_llm.py [--smoke] [--only rate,latency,storm]
 
 1. Rate limit kept full: judge calls against a simulator enforcing an RPM limit over a
    sliding window, the client told the same RPM: achieved rate / limit and 429 share;
