@@ -86,7 +86,7 @@ class Simulator:
         self.config = config or SimulatorConfig()
         # One generator for faults and jitter, drawn in a fixed order: a seed replays a run.
         self._rng = random.Random(self.config.seed)
-        self._faults_draw = FaultDraw(self.config, self._rng)
+        self._fault_draw = FaultDraw(self.config, self._rng)
         self._limits = RateLimits(self.config.rpm, self.config.tpm, self.config.window_s)
         self._prompt_cache = SystemPromptCache(enabled=self.config.cache_system_prompts)
         self._server: HttpServer | None = None
@@ -282,7 +282,7 @@ class Simulator:
         accepted = self._parse(conn, request)
         if accepted is None or not self._admit(conn, accepted.reply.tokens):
             return
-        fault = self._faults_draw.draw()
+        fault = self._fault_draw.draw()
         if fault is not None:
             self._faults[fault] += 1
             error = ERROR_FAULTS.get(fault)
