@@ -1,6 +1,10 @@
 """An async client for OpenAI-compatible chat completions, with a rate governor.
 
-Imports nothing else of skynet-eval's; nothing here binds to an event loop at import.
+The product is the client (``_client``, ``_config``, ``_governor``, ``_retry``,
+``_pricing``, ``_wire``, ``_exceptions``); ``_transports/`` is how its requests reach a
+server, and ``_simulator/`` a local OpenAI-compatible server to test and measure it
+against. docs/architecture-llm.md draws the whole. Imports nothing else of skynet-eval's;
+nothing here binds to an event loop at import.
 """
 
 from ._client import Completion as Completion

@@ -1,5 +1,9 @@
 """The aiohttp transport: for HTTPS providers and proxies, where aiohttp's TLS and proxy
-handling is what users expect; the lean HTTP/1.1 transport serves plain-HTTP servers."""
+handling is what users expect; the lean HTTP/1.1 transport serves plain-HTTP servers.
+
+aiohttp is imported when the transport opens, not with the package: a run against a local
+server, and every worker process, never pays for its import.
+"""
 
 from __future__ import annotations
 
