@@ -1,6 +1,6 @@
 """Model client benchmarks against the simulator (in its own process, so it has a core).
 
-    /work/venv/bin/python benchmarks/bench_llm.py [--smoke] [--only rate,latency,storm]
+    python benchmarks/bench_llm.py [--smoke] [--only rate,latency,storm]
 
 1. Rate limit kept full: judge calls against a simulator enforcing an RPM limit over a
    sliding window, the client told the same RPM: achieved rate / limit and 429 share;
@@ -14,13 +14,15 @@
 3. Fault storm: 10% 503, 5% 429, 2% dropped connections: every call ends in a reply or an
    LLMError; retries and wall time.
 
-Every figure is from one run; ratios are printed so that runs on different machines compare.
+Every figure is from one run, started from a collected heap; ratios are printed so that
+runs on different machines compare.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import subprocess
@@ -155,6 +157,10 @@ def have_uvloop() -> bool:
 
 def run(coro: Any, loop: str = "uvloop") -> Any:
     """Run under uvloop (as the engine's CLI does) when it is installed, else asyncio."""
+    # A full collection (40-100 ms here) falls inside a short measured run or not depending
+    # on what ran before it, which moved a smoke run's CPU per call by 2x between two
+    # builds of the same hot path: start every run from a collected heap, so runs compare.
+    gc.collect()
     if loop == "uvloop" and have_uvloop():
         import uvloop
 

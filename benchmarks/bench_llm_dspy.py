@@ -1,6 +1,6 @@
 """The dspy contender of bench_llm.py's benchmark 1: judge calls through ``dspy.Evaluate``.
 
-    /work/venv/bin/python benchmarks/bench_llm_dspy.py URL N THREADS
+    python benchmarks/bench_llm_dspy.py URL N THREADS
 
 Run by bench_llm.py in its own process, because dspy (through litellm) must see its
 environment before it is imported: the local cost map (no network) and a throwaway cache

@@ -1,6 +1,10 @@
 """An async client for OpenAI-compatible chat completions, with a rate governor.
 
-Imports nothing else of skynet-eval's; nothing here binds to an event loop at import.
+The product is the client (``_client``, ``_config``, ``_governor``, ``_retry``,
+``_pricing``, ``_wire``, ``_exceptions``); ``_transports/`` is how its requests reach a
+server, and ``_simulator/`` a local OpenAI-compatible server to test and measure it
+against. docs/architecture-llm.md draws the whole. Imports nothing else of skynet-eval's;
+nothing here binds to an event loop at import.
 """
 
 from ._client import Completion as Completion
@@ -8,22 +12,23 @@ from ._client import ModelClient as ModelClient
 from ._config import ModelConfig as ModelConfig
 from ._exceptions import ClientClosedError as ClientClosedError
 from ._exceptions import LLMError as LLMError
+from ._exceptions import ModelClientError as ModelClientError
 from ._exceptions import ModelConfigError as ModelConfigError
 from ._exceptions import RequestTooLargeError as RequestTooLargeError
 from ._governor import GovernorStatistics as GovernorStatistics
 from ._governor import RateGovernor as RateGovernor
-from ._http import HTTPTransport as HTTPTransport
 from ._retry import RetryDetails as RetryDetails
 from ._simulator import ModelSettings as ModelSettings
 from ._simulator import Simulator as Simulator
 from ._simulator import SimulatorConfig as SimulatorConfig
 from ._simulator import SimulatorStatistics as SimulatorStatistics
-from ._transport import AiohttpTransport as AiohttpTransport
-from ._transport import HTTPRequest as HTTPRequest
-from ._transport import HTTPResponse as HTTPResponse
-from ._transport import MockTransport as MockTransport
-from ._transport import Transport as Transport
-from ._transport import TransportError as TransportError
+from ._transports import AiohttpTransport as AiohttpTransport
+from ._transports import HTTPRequest as HTTPRequest
+from ._transports import HTTPResponse as HTTPResponse
+from ._transports import HTTPTransport as HTTPTransport
+from ._transports import MockTransport as MockTransport
+from ._transports import Transport as Transport
+from ._transports import TransportError as TransportError
 
 __all__ = [
     "AiohttpTransport",
@@ -36,6 +41,7 @@ __all__ = [
     "LLMError",
     "MockTransport",
     "ModelClient",
+    "ModelClientError",
     "ModelConfig",
     "ModelConfigError",
     "ModelSettings",

@@ -15,10 +15,9 @@ import msgspec
 from ._config import ModelConfig
 from ._exceptions import ClientClosedError, LLMError
 from ._governor import GovernorStatistics, Permit, RateGovernor, governor_for
-from ._http import HTTPTransport
 from ._pricing import Prices, resolve_prices
 from ._retry import NEVER_RETRY, RetryDetails, backoff, is_retryable_status, server_wait
-from ._transport import HTTPRequest, HTTPResponse, Transport, TransportError
+from ._transports import HTTPRequest, HTTPResponse, HTTPTransport, Transport, TransportError
 from ._wire import (
     REQUEST_OPTIONS,
     ChatRequest,
@@ -82,6 +81,41 @@ def _short(text: str, limit: int = 500) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _plain_messages(messages: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """The messages as dicts (msgspec encodes dicts only) and their prompt token estimate.
+
+    A list of dicts goes as it is (the encoder reads it, nothing keeps it); other mappings
+    are copied. The estimate is :func:`~llm_client._wire.estimate_tokens`, inlined here
+    because this runs on every call.
+    """
+    if type(messages) is not list and (
+        not isinstance(messages, Sequence) or isinstance(messages, str)
+    ):
+        messages = ()  # refused just below, with the same message as an empty list
+    if not messages:
+        raise TypeError(
+            "`messages` must be a non-empty list of {'role': ..., 'content': ...} dicts"
+        )
+    plain: list[dict[str, Any]] = []
+    total = 3
+    for i, message in enumerate(messages):
+        if type(message) is not dict:
+            if not isinstance(message, Mapping) or "role" not in message:
+                raise TypeError(
+                    f"`messages[{i}]` must be a dict with 'role' and 'content', got {message!r}"
+                )
+            message = dict(message)
+        elif "role" not in message:
+            raise TypeError(
+                f"`messages[{i}]` must be a dict with 'role' and 'content', got {message!r}"
+            )
+        plain.append(message)
+        content = message.get("content")
+        text = content if type(content) is str else message_text(content)
+        total += 4 + (len(text) + 3) // 4
+    return plain, total
+
+
 class _Failure:
     """One failed attempt, classified."""
 
@@ -133,7 +167,7 @@ def default_transport(config: ModelConfig) -> Transport:
     proxied = "http" in getproxies() and not proxy_bypass(parts.hostname or "")
     if parts.scheme == "http" and not proxied:
         return HTTPTransport(limit=config.max_concurrency)
-    from ._transport import AiohttpTransport
+    from ._transports import AiohttpTransport
 
     return AiohttpTransport(limit=config.max_concurrency)
 
@@ -244,48 +278,29 @@ class ModelClient:
     def _build(
         self, messages: Sequence[Mapping[str, Any]], options: Mapping[str, Any]
     ) -> tuple[bytes, int]:
+        """The request body and the tokens to reserve for it (prompt estimate + output)."""
         cfg = self._config
-        if type(messages) is not list and (
-            not isinstance(messages, Sequence) or isinstance(messages, str)
-        ):
-            messages = ()  # refused just below, with the same message as an empty list
-        if not messages:
-            raise TypeError(
-                "`messages` must be a non-empty list of {'role': ..., 'content': ...} dicts"
+        plain, total = _plain_messages(messages)
+        if options:
+            return self._build_with_options(plain, total, options)
+        # The common call: no options, only the config's defaults.
+        try:
+            body = request_encoder.encode(
+                ChatRequest(
+                    model=cfg.model,
+                    messages=plain,
+                    max_tokens=cfg.max_tokens,
+                    temperature=cfg.temperature,
+                )
             )
-        # msgspec encodes dicts only: copy other mappings; a list of dicts goes as it is
-        # (the encoder reads it, nothing keeps it).
-        plain: list[dict[str, Any]] = []
-        total = 3  # the token estimate of _wire.estimate_tokens, inlined for the hot path
-        for i, message in enumerate(messages):
-            if type(message) is not dict:
-                if not isinstance(message, Mapping) or "role" not in message:
-                    raise TypeError(
-                        f"`messages[{i}]` must be a dict with 'role' and 'content', got {message!r}"
-                    )
-                message = dict(message)
-            elif "role" not in message:
-                raise TypeError(
-                    f"`messages[{i}]` must be a dict with 'role' and 'content', got {message!r}"
-                )
-            plain.append(message)
-            content = message.get("content")
-            text = content if type(content) is str else message_text(content)
-            total += 4 + (len(text) + 3) // 4
-        if not options:
-            # The common call: no options, only the config's defaults.
-            try:
-                body = request_encoder.encode(
-                    ChatRequest(
-                        model=cfg.model,
-                        messages=plain,
-                        max_tokens=cfg.max_tokens,
-                        temperature=cfg.temperature,
-                    )
-                )
-            except (TypeError, msgspec.EncodeError) as exc:
-                raise TypeError(f"complete(): could not encode the request: {exc}") from None
-            return body, total + (cfg.max_tokens or DEFAULT_COMPLETION_RESERVE)
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise TypeError(f"complete(): could not encode the request: {exc}") from None
+        return body, total + (cfg.max_tokens or DEFAULT_COMPLETION_RESERVE)
+
+    def _build_with_options(
+        self, plain: list[dict[str, Any]], total: int, options: Mapping[str, Any]
+    ) -> tuple[bytes, int]:
+        cfg = self._config
         options = dict(options)
         extra_body = options.pop("extra_body", None)
         unknown = sorted(name for name in options if name not in REQUEST_OPTIONS)

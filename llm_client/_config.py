@@ -16,27 +16,33 @@ def _positive(name: str, value: float | None) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ModelConfigError(f"`{name}` must be a number, got {value!r}")
+        raise ModelConfigError(f"`{name}` must be a number, got {value!r}", field=name, value=value)
     if not math.isfinite(value) or value <= 0:
-        raise ModelConfigError(f"`{name}` must be positive, got {value!r}")
+        raise ModelConfigError(f"`{name}` must be positive, got {value!r}", field=name, value=value)
 
 
 def _non_negative(name: str, value: float | None) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ModelConfigError(f"`{name}` must be a number, got {value!r}")
+        raise ModelConfigError(f"`{name}` must be a number, got {value!r}", field=name, value=value)
     if not math.isfinite(value) or value < 0:
-        raise ModelConfigError(f"`{name}` must be zero or more, got {value!r}")
+        raise ModelConfigError(
+            f"`{name}` must be zero or more, got {value!r}", field=name, value=value
+        )
 
 
 def _int_at_least(name: str, value: int | None, low: int, high: int) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ModelConfigError(f"`{name}` must be an integer, got {value!r}")
+        raise ModelConfigError(
+            f"`{name}` must be an integer, got {value!r}", field=name, value=value
+        )
     if not low <= value <= high:
-        raise ModelConfigError(f"`{name}` must be between {low} and {high}, got {value}")
+        raise ModelConfigError(
+            f"`{name}` must be between {low} and {high}, got {value}", field=name, value=value
+        )
 
 
 class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -77,28 +83,42 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model.strip():
-            raise ModelConfigError(f"`model` must be a non-empty string, got {self.model!r}")
+            raise ModelConfigError(
+                f"`model` must be a non-empty string, got {self.model!r}",
+                field="model",
+                value=self.model,
+            )
         if not isinstance(self.base_url, str) or not self.base_url.startswith(
             ("http://", "https://")
         ):
             raise ModelConfigError(
-                f"`base_url` must start with http:// or https://, got {self.base_url!r}"
+                f"`base_url` must start with http:// or https://, got {self.base_url!r}",
+                field="base_url",
+                value=self.base_url,
             )
         if self.api_key_env is not None and (
             not isinstance(self.api_key_env, str) or not self.api_key_env.strip()
         ):
             raise ModelConfigError(
                 "`api_key_env` must name an environment variable (or be None for a server "
-                f"without keys), got {self.api_key_env!r}"
+                f"without keys), got {self.api_key_env!r}",
+                field="api_key_env",
+                value=self.api_key_env,
             )
         _positive("rpm", self.rpm)
         _positive("tpm", self.tpm)
         _int_at_least("max_concurrency", self.max_concurrency, 1, 100_000)
         if isinstance(self.rate_margin, bool) or not isinstance(self.rate_margin, int | float):
-            raise ModelConfigError(f"`rate_margin` must be a number, got {self.rate_margin!r}")
+            raise ModelConfigError(
+                f"`rate_margin` must be a number, got {self.rate_margin!r}",
+                field="rate_margin",
+                value=self.rate_margin,
+            )
         if not 0 <= self.rate_margin <= 0.5:
             raise ModelConfigError(
-                f"`rate_margin` must be between 0 and 0.5, got {self.rate_margin!r}"
+                f"`rate_margin` must be between 0 and 0.5, got {self.rate_margin!r}",
+                field="rate_margin",
+                value=self.rate_margin,
             )
         _positive("timeout", self.timeout)
         _positive("deadline", self.deadline)
@@ -111,7 +131,9 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
             _non_negative("temperature", self.temperature)
             if self.temperature > 2:
                 raise ModelConfigError(
-                    f"`temperature` must be between 0 and 2, got {self.temperature!r}"
+                    f"`temperature` must be between 0 and 2, got {self.temperature!r}",
+                    field="temperature",
+                    value=self.temperature,
                 )
 
     @property
@@ -128,6 +150,8 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ModelConfigError(
                 f"environment variable {self.api_key_env} (the `api_key_env` of model "
                 f"{self.model!r}) is not set: export it, or pass api_key_env=None for a "
-                "server that takes no key"
+                "server that takes no key",
+                field="api_key_env",
+                value=self.api_key_env,
             )
         return key

@@ -1,9 +1,25 @@
-"""Exceptions of the model client.
+"""Exceptions of the model client: one root, a model call's failure apart from usage errors.
 
-    LLMError                      a model call that was given up; carries status and message
-     ├── ModelConfigError         a ModelConfig / SimulatorConfig field out of range (ValueError)
-     ├── RequestTooLargeError     a request whose token reservation exceeds the whole TPM budget
-     └── ClientClosedError        a ModelClient used outside its ``async with`` (RuntimeError)
+    ModelClientError               every exception llm_client raises on purpose
+     ├── LLMError                  a model call failed for good, after any retries: status,
+     │    │                        model, provider code, attempts (the engine's `llm_error`)
+     │    └── RequestTooLargeError   a request whose token reservation exceeds the whole TPM
+     │                               budget: it can never be sent
+     ├── TransportError            one HTTP attempt got no usable response (connect, timeout,
+     │                             disconnected); raised by transports, caught by the client,
+     │                             which retries or gives up with an LLMError
+     ├── ModelConfigError          usage: a ModelConfig, SimulatorConfig or ModelSettings
+     │                             field out of range, or the key's variable unset (ValueError)
+     └── ClientClosedError         usage: a ModelClient used outside its ``async with``
+                                   (RuntimeError)
+
+Why usage errors are not LLMErrors: an ``LLMError`` says the model was asked and did not
+answer, which an evaluation counts against the call (``llm_error``) and a caller may wait
+out; a bad config or a closed client is the caller's own mistake, which no retry fixes and
+the message says how to fix.
+
+Every exception pickles whole, with every attribute, so that one raised in the engine
+arrives in a worker process (and back) as it was raised.
 
 Messages never carry an API key: provider text is scrubbed before it reaches an exception
 (see ``_redact`` in ``_client.py``) and transport exceptions are not chained.
@@ -11,12 +27,41 @@ Messages never carry an API key: provider text is scrubbed before it reaches an 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-__all__ = ["ClientClosedError", "LLMError", "ModelConfigError", "RequestTooLargeError"]
+__all__ = [
+    "ClientClosedError",
+    "LLMError",
+    "ModelClientError",
+    "ModelConfigError",
+    "RequestTooLargeError",
+    "TransportError",
+    "TransportErrorKind",
+]
+
+TransportErrorKind = Literal["connect", "timeout", "disconnected", "other"]
 
 
-class LLMError(Exception):
+class ModelClientError(Exception):
+    """The root of every exception the model client raises on purpose."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The default pickling replays ``self.args`` into ``__init__``: keyword-only data is
+        # lost, and a constructor that needs more than the message fails. Rebuild from the
+        # arguments and the attributes instead, without running ``__init__`` again.
+        return (_restore, (type(self), self.args, self.__dict__))
+
+
+def _restore(
+    cls: type[ModelClientError], args: tuple[Any, ...], state: dict[str, Any]
+) -> ModelClientError:
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
+
+class LLMError(ModelClientError):
     """A model call failed for good (after any retries). Never carries the API key.
 
     ``status`` is the last HTTP status seen (None when no response came: a connect error,
@@ -48,7 +93,8 @@ class LLMError(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Keyword-only data does not survive the default pickling (which replays
-        # ``self.args``); a relayed error must arrive whole, with its counts.
+        # ``self.args``); a relayed error must arrive whole, with its counts. Rebuilt
+        # through the constructor, so the message is formatted as it was.
         return (
             _rebuild,
             (
@@ -75,13 +121,43 @@ def _rebuild(
     return error
 
 
-class ModelConfigError(LLMError, ValueError):
-    """A configuration field is out of range; the message names the field and the value."""
-
-
 class RequestTooLargeError(LLMError):
     """A request needs more tokens than the whole per-minute budget: it can never be sent."""
 
 
-class ClientClosedError(LLMError, RuntimeError):
+class TransportError(ModelClientError):
+    """No usable response to one attempt; ``kind`` says why, in the retry logic's terms.
+
+    ``response_started``: the status line had arrived (a timeout then is a body timeout,
+    which the client retries only once). ``detail`` names host and port, never headers.
+    """
+
+    def __init__(self, kind: TransportErrorKind, detail: str, *, response_started: bool) -> None:
+        self.kind = kind
+        self.detail = detail
+        self.response_started = response_started
+        super().__init__(f"{kind}: {detail}")
+
+
+class ModelConfigError(ModelClientError, ValueError):
+    """A configuration field is out of range; the message names the field and the value.
+
+    ``field`` is the field's name (``"rpm"``, ``"models['judge']"``) and ``value`` what it
+    was given, so that a command line can name its own flag; both None when the error is
+    about no single field.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None, value: Any = None) -> None:
+        self.message = message
+        self.field = field
+        self.value = value
+        super().__init__(message)
+
+
+class ClientClosedError(ModelClientError, RuntimeError):
     """The client is not open: use it inside ``async with ModelClient(...)``."""
+
+    def __init__(self, message: str, *, model: str | None = None) -> None:
+        self.message = message
+        self.model = model
+        super().__init__(message)

@@ -85,43 +85,51 @@ def server_wait(headers: Mapping[str, str], *, now: float | None = None) -> floa
     ``x-ratelimit-reset-requests`` / ``-tokens`` (the one whose ``remaining`` is 0, else the
     longer). Clipped to ``MAX_SERVER_WAIT_S``.
     """
-    wait: float | None = None
-    raw = _get(headers, "retry-after-ms")
-    if raw is not None:
-        try:
-            wait = float(raw) / 1000.0
-        except ValueError:
-            wait = None
+    wait = _retry_after(headers, now)
     if wait is None:
-        raw = _get(headers, "retry-after")
-        if raw is not None:
-            try:
-                wait = float(raw)
-            except ValueError:
-                try:
-                    when = email.utils.parsedate_to_datetime(raw)
-                except (TypeError, ValueError, IndexError):
-                    when = None
-                if when is not None:
-                    wait = when.timestamp() - (time.time() if now is None else now)
-    if wait is None:
-        hints: list[float] = []
-        exhausted: list[float] = []
-        for kind in ("requests", "tokens"):
-            raw = _get(headers, f"x-ratelimit-reset-{kind}")
-            value = parse_duration(raw) if raw is not None else None
-            if value is None:
-                continue
-            hints.append(value)
-            if (_get(headers, f"x-ratelimit-remaining-{kind}") or "").strip() == "0":
-                exhausted.append(value)
-        if exhausted:
-            wait = max(exhausted)
-        elif hints:
-            wait = max(hints)
+        wait = _reset_hint(headers)
     if wait is None or not math.isfinite(wait):
         return None
     return min(max(wait, 0.0), MAX_SERVER_WAIT_S)
+
+
+def _retry_after(headers: Mapping[str, str], now: float | None) -> float | None:
+    """``retry-after-ms``, else ``retry-after`` (seconds or an HTTP date), in seconds."""
+    raw = _get(headers, "retry-after-ms")
+    if raw is not None:
+        try:
+            return float(raw) / 1000.0
+        except ValueError:
+            pass
+    raw = _get(headers, "retry-after")
+    if raw is None:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return when.timestamp() - (time.time() if now is None else now)
+
+
+def _reset_hint(headers: Mapping[str, str]) -> float | None:
+    """``x-ratelimit-reset-*``: the exhausted limit's reset, else the longer one."""
+    hints: list[float] = []
+    exhausted: list[float] = []
+    for kind in ("requests", "tokens"):
+        raw = _get(headers, f"x-ratelimit-reset-{kind}")
+        value = parse_duration(raw) if raw is not None else None
+        if value is None:
+            continue
+        hints.append(value)
+        if (_get(headers, f"x-ratelimit-remaining-{kind}") or "").strip() == "0":
+            exhausted.append(value)
+    if exhausted:
+        return max(exhausted)
+    return max(hints) if hints else None
 
 
 def backoff(attempt: int, rng: random.Random, *, base: float = 0.25, cap: float = 20.0) -> float:

@@ -24,12 +24,15 @@ class TestModelConfig:
         ],
     )
     def test_out_of_range_field_is_named(self, field: str, value: object, fragment: str) -> None:
-        """A bad field raises ModelConfigError (a ValueError) naming the field and value."""
+        """A bad field raises ModelConfigError (a ValueError, not an LLMError: a usage
+        error, not a failed call) naming the field and value, which it also carries."""
         with pytest.raises(ModelConfigError) as info:
             ModelConfig(model="m", **{field: value})  # type: ignore[arg-type]
         assert fragment in str(info.value)
         assert isinstance(info.value, ValueError)
-        assert isinstance(info.value, LLMError)
+        assert not isinstance(info.value, LLMError)
+        assert info.value.field == field
+        assert info.value.value == value or value != value  # NaN is not equal to itself
 
     def test_frozen(self) -> None:
         """A config cannot be changed after it is built."""

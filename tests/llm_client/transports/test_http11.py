@@ -11,7 +11,7 @@ import pytest
 
 from llm_client import HTTPRequest, HTTPTransport, TransportError
 
-from .conftest import until
+from ..conftest import until
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

@@ -1,4 +1,4 @@
-"""A small HTTP/1.1 server on an ``asyncio.Protocol``, for the simulator only.
+"""The simulator's HTTP/1.1 server, small, on an ``asyncio.Protocol``.
 
 Why not aiohttp's web server: the simulator stands in for a provider in benchmarks, and
 its CPU per request must stay well under the client's, or the benchmark measures the
@@ -196,41 +196,18 @@ class HttpConnection(asyncio.Protocol):
         self.send(status, f"{status}: {message}".encode(), TEXT)
 
     def _next_request(self) -> HttpRequest | None:
-        buf = self._buf
+        """The next whole request in the buffer, or None until more bytes arrive."""
         if self._head is None:
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buf) > _MAX_HEAD:
-                    raise _BadRequest(431, "request line and headers too large")
-                if buf[:2] == b"\r\n":  # tolerated empty lines between requests
-                    del buf[:2]
+            self._head = self._take_head()
+            if self._head is None:
                 return None
-            if end > _MAX_HEAD:
-                raise _BadRequest(431, "request line and headers too large")
-            self._head = self._read_head(bytes(buf[:end]).decode("latin-1"), end + 4)
             self._continued = False
         method, target, version, headers, start, length = self._head
-        body: bytes | None
-        if length >= 0:
-            if length > self._server.max_body_bytes:
-                body, self._keep, self._discard = None, False, True
-                used = len(buf)
-            elif len(buf) - start < length:
-                self._maybe_continue(headers)
-                return None
-            else:
-                used = start + length
-                body = bytes(buf[start:used])
-        else:
-            chunked = self._dechunk(start)
-            if chunked is None:
-                self._maybe_continue(headers)
-                return None
-            body, used = chunked
-            if body is None:
-                self._keep, self._discard = False, True
-                used = len(buf)
-        del buf[:used]
+        framed = self._take_body(start, length, headers)
+        if framed is None:
+            return None
+        body, used = framed
+        del self._buf[:used]
         self._head = None
         connection = headers.get("connection", "").lower()
         if version == "HTTP/1.1":
@@ -239,6 +216,41 @@ class HttpConnection(asyncio.Protocol):
             self._keep = self._keep and "keep-alive" in connection
         path, _, query = target.partition("?")
         return HttpRequest(method, path, query, headers, body)
+
+    def _take_head(self) -> tuple[str, str, str, dict[str, str], int, int] | None:
+        buf = self._buf
+        end = buf.find(b"\r\n\r\n")
+        if end < 0:
+            if len(buf) > _MAX_HEAD:
+                raise _BadRequest(431, "request line and headers too large")
+            if buf[:2] == b"\r\n":  # tolerated empty lines between requests
+                del buf[:2]
+            return None
+        if end > _MAX_HEAD:
+            raise _BadRequest(431, "request line and headers too large")
+        return self._read_head(bytes(buf[:end]).decode("latin-1"), end + 4)
+
+    def _take_body(
+        self, start: int, length: int, headers: dict[str, str]
+    ) -> tuple[bytes | None, int] | None:
+        """The body (None: too large, refused) and the bytes the request used; None: wait."""
+        buf = self._buf
+        if length >= 0:
+            if length > self._server.max_body_bytes:
+                self._keep, self._discard = False, True
+                return None, len(buf)
+            if len(buf) - start < length:
+                self._maybe_continue(headers)
+                return None
+            return bytes(buf[start : start + length]), start + length
+        chunked = self._dechunk(start)
+        if chunked is None:
+            self._maybe_continue(headers)
+            return None
+        if chunked[0] is None:
+            self._keep, self._discard = False, True
+            return None, len(buf)
+        return chunked
 
     def _read_head(self, head: str, start: int) -> tuple[str, str, str, dict[str, str], int, int]:
         lines = head.split("\r\n")
