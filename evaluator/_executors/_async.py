@@ -1,0 +1,201 @@
+"""The async executor: ``async def`` user functions awaited on the event loop.
+
+At most ``concurrency`` calls run at once, each cancelled at its timeout. Plain asyncio
+primitives (a semaphore, a task group, a timer per call): an anyio task group and cancel
+scope per call cost more than a cheap async metric.
+
+A call gets its task only once a slot is free: a submit of thousands of calls holds at
+most ``concurrency`` tasks, not one waiting task per call (a semaphore's waiters are
+scanned on every acquire, and cancelling thousands of waiting tasks stalls the loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Final, Self, cast
+
+from .. import _failures as failures
+from .._calls import Call, LLMHandler, Outcome, _clock, invoke_async
+from .._context import Stage
+from .._loader import UserFunction
+from .._options import validate_count
+from ._base import ExecutionKind, ExecutorStatistics, check_executor
+from ._bridge import LoopBridge
+
+__all__ = ["ASYNC_CONCURRENCY", "AsyncExecutor"]
+
+#: Default bound of concurrent calls on the loop.
+ASYNC_CONCURRENCY = 256
+
+#: A call past its timeout is cancelled again this often until it ends: a coroutine that
+#: catches the cancellation and awaits on cannot outlive its timeout by more than this.
+RECANCEL_S = 0.01
+
+
+class _CallTimeout:
+    """The timeout of one async call in the current task: ``asyncio.timeout``, level-
+    triggered (cancelled again every ``RECANCEL_S`` while the call goes on, as anyio's
+    cancel scopes do), at a fraction of an anyio cancel scope's cost per call.
+
+    ``expired`` tells whether the call broke its timeout, even when it swallowed the
+    cancellation and returned; on exit a cancellation of ours is absorbed, while one of
+    the caller's (the task was cancelled more times than we cancelled it) propagates.
+    """
+
+    __slots__ = ("_baseline", "_cancels", "_delay", "_handle", "_loop", "_task", "expired")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, delay: float) -> None:
+        self._loop = loop
+        self._delay = delay
+        task = asyncio.current_task(loop)
+        assert task is not None
+        self._task = task
+        self._cancels = 0
+        self._baseline = 0
+        self._handle: asyncio.TimerHandle | None = None
+        self.expired = False
+
+    def __enter__(self) -> _CallTimeout:
+        self._baseline = self._task.cancelling()
+        self._handle = self._loop.call_later(self._delay, self._fire)
+        return self
+
+    def _fire(self) -> None:
+        self.expired = True
+        self._cancels += 1
+        self._task.cancel()
+        self._handle = self._loop.call_later(RECANCEL_S, self._fire)
+
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> bool:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        if not self._cancels:
+            return False
+        remaining = 0
+        for _ in range(self._cancels):
+            remaining = self._task.uncancel()
+        # Ours alone: absorb it (the caller sees ``expired``). Any other: let it through.
+        return exc_type is asyncio.CancelledError and remaining <= self._baseline
+
+
+class AsyncExecutor:
+    """Awaits an ``async def`` user function on the loop, bounded and timed out per call."""
+
+    kind: Final[ExecutionKind] = "async"
+
+    def __init__(
+        self,
+        fn: UserFunction,
+        stage: Stage,
+        *,
+        timeout: float,
+        concurrency: int = ASYNC_CONCURRENCY,
+        llm_handler: LLMHandler | None = None,
+    ) -> None:
+        self.timeout = check_executor(fn, stage, "async", timeout)
+        self.concurrency = validate_count(concurrency, "concurrency") or ASYNC_CONCURRENCY
+        self.fn = fn
+        self.stage: Stage = stage
+        self._handler = llm_handler
+        self._limiter: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._calls = 0
+        self._timeouts = 0
+        self._busy = 0
+        self._state = "new"
+
+    @property
+    def parallelism(self) -> int:
+        return self.concurrency
+
+    async def __aenter__(self) -> Self:
+        if self._state != "new":
+            raise RuntimeError("an executor cannot be reopened; create a new one")
+        self._loop = asyncio.get_running_loop()
+        self._limiter = asyncio.Semaphore(self.concurrency)
+        self._state = "open"
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        # Nothing to release: every call runs inside a submit, which its caller awaits.
+        self._state = "closed"
+
+    def _release(self, task: asyncio.Task[None]) -> None:
+        # A done callback, not a ``finally`` in the call: a task cancelled before its
+        # first step never runs its body, and its slot must come back all the same.
+        assert self._limiter is not None
+        self._limiter.release()
+
+    async def _one(self, call: Call, outcomes: list[Outcome | None], index: int) -> None:
+        """One call, in a slot its caller has already taken."""
+        loop = self._loop
+        assert loop is not None
+        bridge = (
+            LoopBridge(loop, self._handler, call.token, self.stage)
+            if self._handler is not None
+            else None
+        )
+        self._busy += 1
+        started = _clock()
+        outcome: Outcome | None = None
+        try:
+            with _CallTimeout(loop, self.timeout) as timer:
+                outcome = await invoke_async(self.fn, self.stage, call, bridge)
+        finally:
+            self._busy -= 1
+            self._calls += 1
+        # ``expired``, not just a missing outcome: a function that swallows the
+        # cancellation and returns late has still broken its timeout.
+        if outcome is None or timer.expired:
+            self._timeouts += 1
+            outcome = Outcome(
+                None,
+                failures.timed_out(self.stage, self.timeout, call.example_id),
+                started,
+                _clock(),
+            )
+        outcomes[index] = outcome
+
+    async def _here(self, call: Call, outcomes: list[Outcome | None], index: int) -> None:
+        """One call in the submitting task, in a slot of its own."""
+        limiter = self._limiter
+        assert limiter is not None
+        await limiter.acquire()
+        try:
+            await self._one(call, outcomes, index)
+        finally:
+            limiter.release()
+
+    async def submit(self, calls: Sequence[Call]) -> list[Outcome]:
+        """Run ``calls``; one outcome per call, in order. Cancel-safe."""
+        limiter = self._limiter
+        if limiter is None or self._state != "open":
+            raise RuntimeError("the executor is not open; use `async with` first")
+        n = len(calls)
+        outcomes: list[Outcome | None] = [None] * n
+        if not n:
+            return []
+        if n == 1:
+            await self._here(calls[0], outcomes, 0)  # no task group for one call
+            return cast(list[Outcome], outcomes)
+        # The last call runs in this task, the others in tasks of their own, each
+        # started once it has a slot.
+        async with asyncio.TaskGroup() as tg:
+            for index in range(n - 1):
+                await limiter.acquire()
+                task = tg.create_task(self._one(calls[index], outcomes, index))
+                task.add_done_callback(self._release)
+            await self._here(calls[n - 1], outcomes, n - 1)
+        return cast(list[Outcome], outcomes)
+
+    def statistics(self) -> ExecutorStatistics:
+        return ExecutorStatistics(
+            kind="async",
+            stage=self.stage,
+            parallelism=self.concurrency,
+            calls=self._calls,
+            timeouts=self._timeouts,
+            busy=self._busy,
+        )
