@@ -4,15 +4,15 @@ At most ``concurrency`` calls run at once, each cancelled at its timeout. Plain 
 primitives (a semaphore, a task group, a timer per call): an anyio task group and cancel
 scope per call cost more than a cheap async metric.
 
-A call gets its task only once a slot is free: a submit of thousands of calls holds at
-most ``concurrency`` tasks, not one waiting task per call (a semaphore's waiters are
-scanned on every acquire, and cancelling thousands of waiting tasks stalls the loop).
+A submit runs its calls in at most ``concurrency`` worker tasks that claim them one at a
+time, not in a task per call: a submit of thousands of calls neither creates thousands
+of tasks waiting for a slot (cancelling them stalled the loop) nor pays a task per call.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Final, Self, cast
 
 from .. import _failures as failures
@@ -27,6 +27,10 @@ __all__ = ["ASYNC_CONCURRENCY", "AsyncExecutor"]
 
 #: Default bound of concurrent calls on the loop.
 ASYNC_CONCURRENCY = 256
+
+#: A worker that has not let the loop run for this long (its calls never suspend: a
+#: cheap async metric) yields before its next call.
+YIELD_NS = 2_000_000
 
 #: A call past its timeout is cancelled again this often until it ends: a coroutine that
 #: catches the cancellation and awaits on cannot outlive its timeout by more than this.
@@ -122,14 +126,8 @@ class AsyncExecutor:
         # Nothing to release: every call runs inside a submit, which its caller awaits.
         self._state = "closed"
 
-    def _release(self, task: asyncio.Task[None]) -> None:
-        # A done callback, not a ``finally`` in the call: a task cancelled before its
-        # first step never runs its body, and its slot must come back all the same.
-        assert self._limiter is not None
-        self._limiter.release()
-
     async def _one(self, call: Call, outcomes: list[Outcome | None], index: int) -> None:
-        """One call, in a slot its caller has already taken."""
+        """One call, in a slot its caller holds."""
         loop = self._loop
         assert loop is not None
         bridge = (
@@ -158,36 +156,37 @@ class AsyncExecutor:
             )
         outcomes[index] = outcome
 
-    async def _here(self, call: Call, outcomes: list[Outcome | None], index: int) -> None:
-        """One call in the submitting task, in a slot of its own."""
+    async def _work(
+        self, calls: Sequence[Call], outcomes: list[Outcome | None], claims: Iterator[int]
+    ) -> None:
+        """Run calls of a submit, claimed one at a time, each in a slot of the executor."""
         limiter = self._limiter
         assert limiter is not None
-        await limiter.acquire()
-        try:
-            await self._one(call, outcomes, index)
-        finally:
-            limiter.release()
+        since = _clock()
+        for index in claims:
+            async with limiter:
+                await self._one(calls[index], outcomes, index)
+            if _clock() - since > YIELD_NS:
+                # Calls that never suspend would otherwise hold the loop for a whole batch.
+                await asyncio.sleep(0)
+                since = _clock()
 
     async def submit(self, calls: Sequence[Call]) -> list[Outcome]:
         """Run ``calls``; one outcome per call, in order. Cancel-safe."""
-        limiter = self._limiter
-        if limiter is None or self._state != "open":
+        if self._limiter is None or self._state != "open":
             raise RuntimeError("the executor is not open; use `async with` first")
         n = len(calls)
         outcomes: list[Outcome | None] = [None] * n
-        if not n:
-            return []
-        if n == 1:
-            await self._here(calls[0], outcomes, 0)  # no task group for one call
-            return cast(list[Outcome], outcomes)
-        # The last call runs in this task, the others in tasks of their own, each
-        # started once it has a slot.
-        async with asyncio.TaskGroup() as tg:
-            for index in range(n - 1):
-                await limiter.acquire()
-                task = tg.create_task(self._one(calls[index], outcomes, index))
-                task.add_done_callback(self._release)
-            await self._here(calls[n - 1], outcomes, n - 1)
+        claims = iter(range(n))
+        workers = min(n, self.concurrency)
+        if workers <= 1:
+            await self._work(calls, outcomes, claims)  # no task group for one call
+        else:
+            # One task per slot the submit can use, not per call; this one is a worker too.
+            async with asyncio.TaskGroup() as tg:
+                for _ in range(workers - 1):
+                    tg.create_task(self._work(calls, outcomes, claims))
+                await self._work(calls, outcomes, claims)
         return cast(list[Outcome], outcomes)
 
     def statistics(self) -> ExecutorStatistics:
