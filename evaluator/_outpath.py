@@ -17,9 +17,9 @@ from pathlib import Path
 
 import msgspec
 
-from ._fileerrors import OutputPathError, strerror
+from ._exceptions import OutputPathError
 
-__all__ = ["LOW_SPACE", "OutputCheck", "check_output_path"]
+__all__ = ["LOW_SPACE", "OutputCheck", "check_output_path", "strerror"]
 
 #: Below this much free space the check warns (a result line is about 0.5-2 KB).
 LOW_SPACE = 50 * 1024 * 1024
@@ -155,3 +155,12 @@ def _free_space(path: str | Path, base: Path) -> tuple[int | None, tuple[str, ..
             "1 KB); if it fills up the run stops and says how to resume",
         )
     return free, ()
+
+
+def strerror(exc: OSError) -> str:
+    """An ``OSError``'s reason without its errno number or the repeated file name."""
+    if exc.strerror:
+        return exc.strerror
+    if exc.errno:
+        return os.strerror(exc.errno)
+    return str(exc)
