@@ -184,7 +184,10 @@ class OutputPathError(ConfigError):
     def __init__(self, path: str | Path, problem: str) -> None:
         self.path = str(path)
         self.detail = problem
-        super().__init__(f"{self.path}: {problem}", option="output", value=self.path)
+        # A path with control characters (a NUL, a newline) is shown quoted, so the line
+        # stays one line and the character is visible.
+        shown = self.path if self.path.isprintable() else repr(self.path)
+        super().__init__(f"{shown}: {problem}", option="output", value=self.path)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.path, self.detail))
