@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from llm_client import ModelConfig
+from llm_client import ModelConfig, Redactor
 
 from ._context import Stage
 from ._results import Observation, Usage
@@ -154,6 +154,9 @@ class ModelRouter:
         self.judge_meters: dict[int, Meter] = {}
         self._totals = {"program": Meter(), "score": Meter()}
         self._failed = 0
+        # The second line of defence: a model call's exception enters the engine here,
+        # and leaves without any key the engine holds (the client redacts it already).
+        self._redact = Redactor()
 
     @property
     def has_program_model(self) -> bool:
@@ -176,6 +179,7 @@ class ModelRouter:
             for config in configs:
                 if config not in clients:  # one client per distinct configuration
                     clients[config] = await self._stack.enter_async_context(ModelClient(config))
+            self._redact = Redactor(c.api_key() for c in clients if c.api_key_env is not None)
             if self.models.program is not None:
                 self._program = clients[self.models.program]
             judge = self.models.judge
@@ -221,7 +225,10 @@ class ModelRouter:
             self._failed += 1
             meter.add_failure(exc)
             total.add_failure(exc)
-            raise
+            clean = self._redact.exception(exc)
+            if clean is exc:
+                raise
+            raise clean from None
         meter.add(completion)
         total.add(completion)
         return str(completion.text)
