@@ -125,6 +125,11 @@ class BackgroundEngine:
     def closed(self) -> bool:
         return self._state == "closed"
 
+    @property
+    def in_flight(self) -> int:
+        """Model calls on the loop right now (sent, not yet answered)."""
+        return len(self._calls)
+
     def start(self) -> None:
         """Start the loop and open the clients (once, from any thread); raise what failed."""
         with self._lock:
