@@ -693,3 +693,23 @@ class TestJudgeLifetime:
         assert done.returncode == 0, done.stderr
         assert done.stdout.splitlines() == ["in flight", "call ended with EngineClosedError"]
         assert "Traceback" not in done.stderr, done.stderr
+
+
+class TestExample:
+    def test_shipped_judge_example_prints_score_and_cost(
+        self, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """examples/gepa/dspy_judge.py runs offline and prints the score and the judge's cost."""
+        import importlib.util
+
+        path = Path(__file__).resolve().parents[2] / "examples" / "gepa" / "dspy_judge.py"
+        spec = importlib.util.spec_from_file_location("_skynet_dspy_judge_example", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        assert module.main([]) == 0
+        printed = capsys.readouterr().out.splitlines()
+        assert printed[0] == "score: 62.5% of 8 examples"
+        assert printed[1].startswith("judge gpt-4o-mini: 8 calls, ")
+        assert "cost $0.0001" in printed[1] and "0 rate limited" in printed[1]
+        assert printed[2] == "metric failures: none"
