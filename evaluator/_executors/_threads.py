@@ -79,6 +79,7 @@ class _Job:
     """
 
     __slots__ = (
+        "bridges",
         "calls",
         "cancelled",
         "claims",
@@ -100,6 +101,7 @@ class _Job:
         self.loop = loop
         self.future: asyncio.Future[None] = loop.create_future()
         self.running: dict[int, tuple[_Worker, int]] = {}  # index -> thread, start
+        self.bridges: dict[int, LoopBridge] = {}  # index -> the model bridge of a running call
         self.cancelled = False
         self.timer: asyncio.TimerHandle | None = None
 
@@ -155,7 +157,9 @@ class _Worker(threading.Thread):
             if index >= size:
                 break
             call = calls[index]
-            bridge = None if handler is None else LoopBridge(loop, handler, call.token, stage)
+            bridge = None
+            if handler is not None:
+                bridge = job.bridges[index] = LoopBridge(loop, handler, call.token, stage)
             self.in_call = True
             started = clock()
             running[index] = (self, started)
@@ -163,6 +167,8 @@ class _Worker(threading.Thread):
                 outcome = invoke(call, bridge, started)
             except BaseException as exc:  # KeyboardInterrupt and such, from user code
                 outcome = invoker.failed(exc, started)
+            if bridge is not None:
+                del job.bridges[index]
             self.in_call = False
             self.calls += 1
             if running.pop(index, None) is None:
@@ -258,9 +264,12 @@ class ThreadExecutor:
         try:
             await job.future
         except BaseException:
-            # Cancelled: stop claiming calls. The ones running finish on their own; the
-            # watchdog stays armed so that a hung one still frees its place in the pool.
+            # Cancelled: stop claiming calls, and stop the model calls the running ones
+            # wait on. They finish on their own; the watchdog stays armed so that a hung
+            # one still frees its place in the pool.
             job.cancelled = True
+            for bridge in list(job.bridges.values()):
+                bridge.cancel()
             raise
         finally:
             self._outstanding -= job.size
