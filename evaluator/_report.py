@@ -99,9 +99,13 @@ class ModelBudget(msgspec.Struct, frozen=True, kw_only=True):
 
     def describe(self) -> str:
         """``"64 in flight, 600 rpm, no tpm limit (configured)"``."""
-        rpm = "no rpm limit" if self.rpm is None else f"{self.rpm:g} rpm"
-        tpm = "no tpm limit" if self.tpm is None else f"{self.tpm:g} tpm"
-        return f"{self.max_concurrency} in flight, {rpm}, {tpm} ({self.source})"
+        if self.rpm is None and self.tpm is None:
+            limits = "no rpm/tpm limit"
+        else:
+            rpm = "no rpm limit" if self.rpm is None else f"{self.rpm:g} rpm"
+            tpm = "no tpm limit" if self.tpm is None else f"{self.tpm:g} tpm"
+            limits = f"{rpm}, {tpm}"
+        return f"{self.max_concurrency} in flight, {limits} ({self.source})"
 
 
 class Report(msgspec.Struct, frozen=True, kw_only=True):
