@@ -175,10 +175,12 @@ class Evaluator:
     program call (default 600 s). ``execution`` / ``program_execution`` choose the
     executor ("process", "thread", "async", "inline"); by default the module's
     ``EXECUTION``, else ``async`` for ``async def``, ``thread`` for a sync function that
-    calls ``skynet.llm``, ``process`` for any other. ``workers`` sizes the thread pool or
-    the worker processes; ``concurrency`` bounds the examples in flight (and the async
-    executor's concurrent calls). ``models`` chooses the program, metric and reflection
-    models for ``skynet.llm``. An error result scores ``failure_score``.
+    calls a model (``skynet.llm``, openai, litellm, dspy, anthropic), with as many
+    threads as the stage's model budget (its ``max_concurrency``, else 64), ``process``
+    for any other. ``workers`` sizes the thread pool or the worker processes;
+    ``concurrency`` bounds the examples in flight (and the calls at once of every
+    executor). ``models`` chooses the program, metric and reflection models for
+    ``skynet.llm``. An error result scores ``failure_score``.
 
     Pools, model clients and processes are created by ``async with`` inside the running
     loop and released when it exits; a closed Evaluator cannot be reopened. Concurrent
