@@ -46,9 +46,11 @@ if typing.TYPE_CHECKING:
     from ._pipeline import EvaluatorStatistics as EvaluatorStatistics
     from ._pipeline import ResultStream as ResultStream
     from ._report import Latency as Latency
+    from ._report import ModelBudget as ModelBudget
     from ._report import NamedScore as NamedScore
     from ._report import Report as Report
     from ._report import ReportBuilder as ReportBuilder
+    from ._report import StageExecution as StageExecution
     from ._report_html import Comparison as Comparison
     from ._report_html import compare_results as compare_results
     from ._report_html import load_results_file as load_results_file
@@ -102,9 +104,11 @@ _WHERE = {
     "EvaluatorStatistics": "._pipeline",
     "ResultStream": "._pipeline",
     "Latency": "._report",
+    "ModelBudget": "._report",
     "NamedScore": "._report",
     "Report": "._report",
     "ReportBuilder": "._report",
+    "StageExecution": "._report",
     "Comparison": "._report_html",
     "compare_results": "._report_html",
     "load_results_file": "._report_html",
@@ -141,6 +145,7 @@ __all__ = [
     "JudgeRow",
     "JudgesReport",
     "Latency",
+    "ModelBudget",
     "ModelStatistics",
     "Models",
     "NamedScore",
@@ -161,6 +166,7 @@ __all__ = [
     "ResumeWarning",
     "Resumed",
     "Scored",
+    "StageExecution",
     "StoreChange",
     "Usage",
     "UserFunction",

@@ -17,12 +17,27 @@ import msgspec
 from llm_client import ModelConfig, Redactor
 
 from ._context import Stage
+from ._report import ModelBudget
 from ._results import Observation, Usage
 
 if TYPE_CHECKING:
-    from llm_client import ModelClient
+    from llm_client import GovernorStatistics, ModelClient
 
-__all__ = ["Meter", "ModelRouter", "ModelStatistics", "Models"]
+__all__ = ["Meter", "ModelRouter", "ModelStatistics", "Models", "budget_source"]
+
+
+def budget_source(stats: GovernorStatistics) -> str:
+    """Where a governor's budget came from: "configured", "learned from headers",
+    "adaptive (429s)" or "none".
+
+    Hook: the governor is to say it itself (a ``budget_source`` field of its
+    statistics, once it learns limits from rate-limit headers and 429s); until then a
+    configured rpm or tpm is "configured", and no limit is "none".
+    """
+    source = getattr(stats, "budget_source", None)
+    if isinstance(source, str):
+        return source
+    return "configured" if stats.rpm is not None or stats.tpm is not None else "none"
 
 
 class Models(msgspec.Struct, frozen=True, kw_only=True):
@@ -244,3 +259,24 @@ class ModelRouter:
             program_cost_usd=program.cost_usd,
             judge_cost_usd=judge.cost_usd,
         )
+
+    def budgets(self) -> tuple[ModelBudget, ...]:
+        """The rate budget in force for each model client (open), and where it came from."""
+        roles: dict[int, tuple[ModelClient, list[str]]] = {}
+        for role, client in (("program", self._program), ("judge", self._judge)):
+            if client is not None:
+                roles.setdefault(id(client), (client, []))[1].append(role)
+        budgets = []
+        for client, names in roles.values():
+            stats = client.statistics()
+            budgets.append(
+                ModelBudget(
+                    model=client.config.model,
+                    roles=tuple(names),
+                    max_concurrency=stats.max_concurrency,
+                    rpm=stats.rpm,
+                    tpm=stats.tpm,
+                    source=budget_source(stats),
+                )
+            )
+        return tuple(budgets)

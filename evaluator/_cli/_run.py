@@ -211,7 +211,7 @@ async def _main(
         plan.done.update(r.example_id for r in checked)
         ending = await _evaluate(ev, options, plan, writer, checked)
         interrupted = ending.cancelled is not None
-        report = plan.builder.build(abandoned_threads=ev.statistics().abandoned_threads)
+        report = ev.build_report(plan.builder)
         if options.json:
             write_json(stream, report)
         else:
