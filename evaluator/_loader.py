@@ -24,7 +24,7 @@ from ._exceptions import STEP_FILE, STEP_SIGNATURE, ContractError
 
 __all__ = ["EXECUTIONS", "UserFunction", "load_function", "load_metric", "load_program"]
 
-EXECUTIONS = ("process", "thread", "async", "inline")
+EXECUTIONS = ("process", "thread", "async", "inline", "ray")
 
 _lock = threading.Lock()
 

@@ -20,7 +20,15 @@ import msgspec
 
 from ._results import ERROR_KINDS, Result
 
-__all__ = ["Latency", "NamedScore", "Report", "ReportBuilder", "report_rows"]
+__all__ = [
+    "ClusterSummary",
+    "Latency",
+    "NamedScore",
+    "Report",
+    "ReportBuilder",
+    "combine_clusters",
+    "report_rows",
+]
 
 # Latency histogram: buckets of 1 % relative width from 1 µs up; percentiles are read
 # at the bucket's geometric centre, so they are within 0.5 % of the exact value.
@@ -45,6 +53,42 @@ class NamedScore(msgspec.Struct, frozen=True):
 
     mean: float
     count: int
+
+
+class ClusterSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a run on a Ray cluster ran (``execution="ray"``), counted by its executors."""
+
+    nodes: int
+    """Nodes whose actors ran calls."""
+    actors: int
+    """Node actors started (one per node and stage, and each replacement)."""
+    actors_lost: int
+    """Actors that died or failed; their unfinished calls were requeued."""
+    lost_nodes: list[str]
+    """Nodes that left the cluster during the run."""
+    batches: int
+    calls_requeued: int
+    calls_by_node: dict[str, int]
+
+
+def combine_clusters(*summaries: ClusterSummary | None) -> ClusterSummary | None:
+    """One summary for the stages that ran on Ray (None: none did)."""
+    present = [s for s in summaries if s is not None]
+    if not present:
+        return None
+    by_node: dict[str, int] = {}
+    for summary in present:
+        for node, calls in summary.calls_by_node.items():
+            by_node[node] = by_node.get(node, 0) + calls
+    return ClusterSummary(
+        nodes=sum(1 for calls in by_node.values() if calls),
+        actors=sum(s.actors for s in present),
+        actors_lost=sum(s.actors_lost for s in present),
+        lost_nodes=sorted({node for s in present for node in s.lost_nodes}),
+        batches=sum(s.batches for s in present),
+        calls_requeued=sum(s.calls_requeued for s in present),
+        calls_by_node=dict(sorted(by_node.items())),
+    )
 
 
 class Report(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,6 +120,8 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     retries: int
     abandoned_threads: int = 0
     resumed: int = 0
+    cluster: ClusterSummary | None = None
+    """The Ray cluster's part, for a run with a stage on ``execution="ray"``."""
 
     @property
     def error_count(self) -> int:
@@ -219,7 +265,13 @@ class ReportBuilder:
         """Measure wall time and throughput from now (after a contract check, say)."""
         self._started = time.perf_counter()
 
-    def build(self, *, abandoned_threads: int = 0, wall_s: float | None = None) -> Report:
+    def build(
+        self,
+        *,
+        abandoned_threads: int = 0,
+        wall_s: float | None = None,
+        cluster: ClusterSummary | None = None,
+    ) -> Report:
         wall = time.perf_counter() - self._started if wall_s is None else wall_s
         named = {
             name: NamedScore(total / count, int(count))
@@ -257,6 +309,7 @@ class ReportBuilder:
             retries=self.retries,
             abandoned_threads=abandoned_threads,
             resumed=self.resumed,
+            cluster=cluster,
         )
 
 
@@ -314,4 +367,17 @@ def report_rows(report: Report) -> list[tuple[str, str]]:
         rows.append(("429s / retries", f"{report.rate_limited:,} / {report.retries:,}"))
     if report.abandoned_threads:
         rows.append(("abandoned threads", f"{report.abandoned_threads:,}"))
+    if report.cluster is not None:
+        rows += _cluster_rows(report.cluster)
+    return rows
+
+
+def _cluster_rows(cluster: ClusterSummary) -> list[tuple[str, str]]:
+    lost = f" ({len(cluster.lost_nodes)} lost)" if cluster.lost_nodes else ""
+    rows = [
+        ("ray nodes", f"{cluster.nodes:,}{lost}"),
+        ("ray actors", f"{cluster.actors:,} ({cluster.actors_lost:,} lost)"),
+        ("ray batches / calls requeued", f"{cluster.batches:,} / {cluster.calls_requeued:,}"),
+    ]
+    rows += [(f"  {node}", f"{calls:,} calls") for node, calls in cluster.calls_by_node.items()]
     return rows

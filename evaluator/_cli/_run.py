@@ -114,6 +114,7 @@ async def _main(options: RunOptions, serving: Serving, plan: _Plan, stream: Text
             concurrency=options.concurrency,
             execution=options.execution,
             program_execution=options.program_execution,
+            ray_address=options.ray_address,
             models=_models(configs),
         ) as ev,
     ):
@@ -128,7 +129,10 @@ async def _main(options: RunOptions, serving: Serving, plan: _Plan, stream: Text
         checked = [r for r in checked if r.example_id not in plan.done]
         plan.done.update(r.example_id for r in checked)
         cancelled = await _evaluate(ev, options, plan, checked)
-        report = plan.builder.build(abandoned_threads=ev.statistics().abandoned_threads)
+        stats = ev.statistics()
+        report = plan.builder.build(
+            abandoned_threads=stats.abandoned_threads, cluster=stats.cluster
+        )
         if options.json:
             write_json(stream, report)
         else:

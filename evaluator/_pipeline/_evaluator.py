@@ -26,8 +26,8 @@ from .._executors._factory import open_executor
 from .._executors._threads import ThreadExecutorStatistics
 from .._loader import EXECUTIONS, UserFunction, load_metric, load_program
 from .._models import ModelRouter, Models, ModelStatistics
-from .._options import MAX_TIMEOUT, validate_count, validate_timeout
-from .._report import Report, ReportBuilder
+from .._options import MAX_TIMEOUT, validate_count, validate_ray_address, validate_timeout
+from .._report import ClusterSummary, Report, ReportBuilder, combine_clusters
 from .._results import Result
 from ._flow import Flow, ResultStream, Source
 
@@ -48,6 +48,8 @@ class EvaluatorStatistics(msgspec.Struct, frozen=True, kw_only=True):
     program: Any
     models: ModelStatistics
     abandoned_threads: int
+    cluster: ClusterSummary | None = None
+    """The Ray cluster's part, when a stage runs on ``execution="ray"``."""
 
 
 def choose_execution(fn: UserFunction, override: str | None, *, option: str) -> str:
@@ -81,6 +83,19 @@ def choose_execution(fn: UserFunction, override: str | None, *, option: str) -> 
     raise ConfigError(f"EXECUTION in {fn.path} {problem}")
 
 
+def _ray_address(address: Any, *executions: str | None) -> str | None:
+    """``ray_address``, checked, and only for a stage that runs on Ray."""
+    checked = validate_ray_address(address)
+    if checked is not None and "ray" not in executions:
+        raise ConfigError(
+            "is for execution 'ray': set `execution` or `program_execution` to 'ray' "
+            "(or EXECUTION = 'ray' in the file), or leave it unset",
+            option="ray_address",
+            value=checked,
+        )
+    return checked
+
+
 def _failure_score(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ConfigError(
@@ -103,12 +118,14 @@ class Evaluator:
     a program the run is score-only and each example's ``output`` field is scored.
     ``timeout`` bounds each metric call (0 < timeout <= 600 s), ``program_timeout`` each
     program call (default 600 s). ``execution`` / ``program_execution`` choose the
-    executor ("process", "thread", "async", "inline"); by default the module's
+    executor ("process", "thread", "async", "inline", "ray"); by default the module's
     ``EXECUTION``, else ``async`` for ``async def``, ``thread`` for a sync function that
     calls ``skynet.llm``, ``process`` for any other. ``workers`` sizes the thread pool or
     the worker processes; ``concurrency`` bounds the examples in flight (and the async
     executor's concurrent calls). ``models`` chooses the program, metric and reflection
-    models for ``skynet.llm``. An error result scores ``failure_score``.
+    models for ``skynet.llm``. An error result scores ``failure_score``. ``ray_address``
+    is the Ray cluster of a stage on "ray" ("auto", "HOST:PORT", "ray://HOST:PORT"; None:
+    a local instance started and stopped with the Evaluator).
 
     Pools, model clients and processes are created by ``async with`` inside the running
     loop and released when it exits; a closed Evaluator cannot be reopened. Concurrent
@@ -130,6 +147,7 @@ class Evaluator:
         failure_score: float = 0.0,
         max_calls_per_worker: int | None = None,
         memory_limit_mb: int | None = None,
+        ray_address: str | None = None,
     ) -> None:
         self.timeout = validate_timeout(timeout, "timeout", upper=MAX_TIMEOUT)
         self.program_timeout = (
@@ -163,6 +181,7 @@ class Evaluator:
             if self.program is None
             else choose_execution(self.program, program_execution, option="program_execution")
         )
+        self.ray_address = _ray_address(ray_address, self.metric_execution, self.program_execution)
         self._state = "new"
         self._stack: contextlib.AsyncExitStack | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -211,6 +230,7 @@ class Evaluator:
             max_calls_per_worker=self.max_calls_per_worker,
             memory_limit_mb=self.memory_limit_mb,
             llm_handler=handler,
+            ray_address=self.ray_address,
         )
         return open_executor(fn, stage, execution, options)
 
@@ -264,7 +284,7 @@ class Evaluator:
             builder.add_many(chunk)
 
         await self._flow.drive(artifact, Source(examples), add)
-        return builder.build(abandoned_threads=self._abandoned())
+        return builder.build(abandoned_threads=self._abandoned(), cluster=self._cluster())
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
@@ -288,7 +308,17 @@ class Evaluator:
             program=flow.program.statistics() if flow.program is not None else None,
             models=router.statistics() if router is not None else ModelStatistics(),
             abandoned_threads=self._abandoned(),
+            cluster=self._cluster(),
         )
+
+    def _cluster(self) -> ClusterSummary | None:
+        summaries = []
+        for ex in (self._flow.metric, self._flow.program):
+            stats = ex.statistics() if ex is not None else None
+            summary = getattr(stats, "summary", None)  # a Ray executor's statistics
+            if summary is not None:
+                summaries.append(summary())
+        return combine_clusters(*summaries)
 
     def _abandoned(self) -> int:
         total = 0

@@ -1,0 +1,15 @@
+"""The Ray executor: sync user functions on a Ray cluster, under each node's own supervision.
+
+One module per job (see ``docs/architecture.md``, "The Ray executor"):
+
+- ``_executor``: :class:`RayExecutor`, the :class:`Executor` on the driver: submit,
+  batches placed on the node actors, outcomes back, the calls of a lost actor requeued;
+- ``_members``: the driver's handles on the node actors: boot, the per-node roster,
+  loss and replacement, new nodes joining;
+- ``_actor``: the node actor (what runs on each node): the user's file imported, a
+  :class:`ProcessExecutor` running the batches, outcomes and model requests sent back;
+- ``_cluster``: the driver's one connection to Ray, the alive nodes, what is shipped.
+
+This ``__init__`` stays empty: ``import evaluator`` never imports Ray, and a node imports
+``_actor`` through it.
+"""
