@@ -25,8 +25,10 @@ from ..._exceptions import ConfigError
 __all__ = ["Connection", "NodeInfo", "alive_nodes", "connect", "import_ray", "release"]
 
 _FIX_ADDRESS = (
-    "start a cluster with `ray start --head` (it prints the address to use), or leave "
-    "`ray_address` unset for a local instance"
+    "start a cluster with `ray start --head` (it prints the address to use; on its "
+    "machine 'auto' finds it), set RAY_AUTH_MODE=token if the cluster uses Ray's token "
+    "authentication (the default of `ray start`), or leave `ray_address` unset for a "
+    "local instance"
 )
 
 
@@ -98,7 +100,9 @@ def _init(ray: ModuleType, address: str | None) -> None:
     }
     try:
         if address is None:
-            ray.init(**options)
+            # "local", not None: None would join a cluster `ray start` left recorded
+            # on this machine, even a dead one.
+            ray.init(address="local", **options)
         else:
             ray.init(address=address, **options)
     except (ConnectionError, ValueError, RuntimeError) as exc:

@@ -211,7 +211,9 @@ class TestCancellation:
         leaves no actor and no worker process."""
         fn = _metric(tmp_path)
         async with RayExecutor(fn, "score", timeout=30) as ex:
-            task = asyncio.ensure_future(ex.submit([_call(i, "slow", seconds=0.2) for i in range(40)]))
+            task = asyncio.ensure_future(
+                ex.submit([_call(i, "slow", seconds=0.2) for i in range(40)])
+            )
             await _until(lambda: ex.statistics().calls >= 2, "the first outcomes")
             task.cancel()
             started = time.monotonic()
