@@ -23,9 +23,10 @@ generators, which Ray Client does not support):
 - :meth:`NodeActor.cancel` cancels batches; :meth:`NodeActor.close` closes the local
   executor (its worker processes are reaped).
 
-Outcomes travel as the process executor's workers send them: ``score`` outcomes as
-msgpack (:class:`~evaluator._executors._process._wire.WireOutcome`), others pickled; a
-value that cannot be pickled is that call's error.
+What crosses is plain data (bytes, tuples, dicts): over Ray Client, the client server
+unpickles it on the way. Outcomes travel as the process executor's workers send them:
+``score`` outcomes as msgpack (:class:`~evaluator._executors._process._wire.WireOutcome`),
+others pickled; a value that cannot be pickled is that call's error.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from ... import _failures as failures
 from ..._calls import Call, Outcome, RunCall, ScoreCall
 from ..._context import Stage
 from ..._exceptions import ContractError
+from ..._results import ErrorInfo
 from .._process._relay import rebuild_error
 from .._process._wire import PICKLE_PROTOCOL
 
@@ -62,10 +64,12 @@ __all__ = [
     "BootFailure",
     "BootInfo",
     "NodeActor",
+    "from_wire",
+    "to_wire",
 ]
 
-#: Event tags: ``(OUT, seq, start, count, work_ns, encoding, body)``, ``(FAILED, seq, error)``
-#: (the batch's calls cannot be rebuilt on the node) and
+#: Event tags: ``(OUT, seq, start, count, work_ns, encoding, body)``,
+#: ``(FAILED, seq, kind, message)`` (the batch failed on the node as a whole) and
 #: ``(LLM, request, token, stage, instruction, input, options)``.
 OUT = 0
 LLM = 1
@@ -110,6 +114,22 @@ class BootFailure(msgspec.Struct, frozen=True, kw_only=True):
     address: str
     message: str
     line: int | None = None
+
+
+def to_wire(answer: BootInfo | BootFailure) -> dict[str, Any]:
+    """A boot's answer as plain data: over Ray Client, the client server unpickles what
+    crosses, and it may not have the engine (or this version of it) installed."""
+    fields: dict[str, Any] = msgspec.structs.asdict(answer)
+    fields["failed"] = isinstance(answer, BootFailure)
+    return fields
+
+
+def from_wire(fields: dict[str, Any]) -> BootInfo | BootFailure:
+    """The answer :func:`to_wire` sent."""
+    fields = dict(fields)
+    if fields.pop("failed"):
+        return msgspec.convert(fields, BootFailure)
+    return msgspec.convert(fields, BootInfo)
 
 
 def _node() -> tuple[str, str]:
@@ -174,8 +194,9 @@ class NodeActor:
         self._replies: dict[int, asyncio.Future[bytes]] = {}
         self._requests = itertools.count(1)
 
-    async def boot(self, spec_fields: dict[str, Any], folder: str | None) -> BootInfo | BootFailure:
-        """Import the user's file and open the local executor.
+    async def boot(self, spec_fields: dict[str, Any], folder: str | None) -> dict[str, Any]:
+        """Import the user's file and open the local executor; a :class:`BootInfo` or a
+        :class:`BootFailure`, as :func:`to_wire` sends it.
 
         ``folder`` is the shipped copy of the file's folder (None: the file is read at the
         driver's path, as on the engine's own local instance).
@@ -187,16 +208,18 @@ class NodeActor:
         node_id, address = _node()
         path = Path(folder, Path(spec.path).name) if folder else Path(spec.path)
         if not path.is_file():
-            return BootFailure(
-                node_id=node_id,
-                address=address,
-                message=f"the file is not on this node (no {path}); put it at the same "
-                "path on every node, or give a cluster address so that its folder is shipped",
+            message = (
+                f"the file is not on this node (no {path}); put it at the same path on every "
+                "node, or give a cluster address so that its folder is shipped"
             )
+            return to_wire(BootFailure(node_id=node_id, address=address, message=message))
         try:
             fn = load_function(path, spec.name)
         except ContractError as exc:
-            return BootFailure(node_id=node_id, address=address, message=exc.message, line=exc.line)
+            failure = BootFailure(
+                node_id=node_id, address=address, message=exc.message, line=exc.line
+            )
+            return to_wire(failure)
         if folder is not None:
             _alias(spec.module_name, fn, Path(folder).parent / "alias")
         self._spec, self._fn = spec, fn
@@ -212,13 +235,14 @@ class NodeActor:
         )
         await executor.__aenter__()
         self._executor = executor
-        return BootInfo(
+        info = BootInfo(
             node_id=node_id,
             address=address,
             pid=os.getpid(),
             workers=spec.workers,
             module_name=fn.module_name,
         )
+        return to_wire(info)
 
     # -- batches ----------------------------------------------------------------------
 
@@ -232,7 +256,7 @@ class NodeActor:
             rows = pickle.loads(payload)
         except Exception as exc:
             # Pickled on the driver, not rebuildable here: a class or module the node lacks.
-            self._push((FAILED, seq, failures.unsendable_arguments(fn, spec.stage, exc)))
+            self._failed(seq, failures.unsendable_arguments(fn, spec.stage, exc))
             return
         try:
             make = ScoreCall if spec.stage == "score" else RunCall
@@ -245,7 +269,7 @@ class NodeActor:
                 task.add_done_callback(tasks.discard)
         except Exception as exc:
             detail = f"{type(exc).__name__}: {exc}"
-            self._push((FAILED, seq, failures.ray_actor_failed(detail)))
+            self._failed(seq, failures.ray_actor_failed(detail))
 
     async def _piece(self, seq: int, start: int, calls: list[Call]) -> None:
         executor, spec = self._executor, self._spec
@@ -260,7 +284,7 @@ class NodeActor:
         except RuntimeError:  # the local executor closed under it: the actor is closing
             return
         except Exception as exc:
-            self._push((FAILED, seq, failures.ray_actor_failed(f"{type(exc).__name__}: {exc}")))
+            self._failed(seq, failures.ray_actor_failed(f"{type(exc).__name__}: {exc}"))
             return
         self._push((OUT, seq, start, len(outcomes), work, encoding, body))
 
@@ -271,6 +295,9 @@ class NodeActor:
                 task.cancel()
 
     # -- events -----------------------------------------------------------------------
+
+    def _failed(self, seq: int, error: ErrorInfo) -> None:
+        self._push((FAILED, seq, error.kind, error.message))
 
     def _push(self, event: tuple[Any, ...]) -> None:
         self._events.append(event)

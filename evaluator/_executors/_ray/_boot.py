@@ -1,8 +1,10 @@
 """The node actor's first step on a node: unpack the engine's files, then hand over.
 
-Ray creates :class:`NodeBoot` on each node; the driver pickles this class *by value*
-(``ray.cloudpickle.register_pickle_by_value``), so a node needs nothing of the engine
-installed to create it, and this module imports nothing of the engine at its top. Its
+Ray creates :class:`NodeBoot` on each node. The class Ray gets is :func:`portable`'s: this
+module's code compiled again under a module name nothing can import, so that Ray's
+cloudpickle sends it *by value* (over Ray Client too, whose server pickles again): a node
+needs nothing of the engine installed to create it. So this module imports nothing of the
+engine. Its
 :meth:`NodeBoot.boot` extracts the bundle (``_ship.py``) to a folder of its own, puts the
 shipped packages first on ``sys.path`` (its worker processes inherit that path), then
 imports the engine's :class:`~evaluator._executors._ray._actor.NodeActor` from there and
@@ -23,7 +25,10 @@ import tempfile
 import zipfile
 from typing import Any
 
-__all__ = ["NodeBoot"]
+__all__ = ["NodeBoot", "portable"]
+
+#: The module name of :func:`portable`'s copy: importable nowhere, so pickled by value.
+PORTABLE_MODULE = "skynet_eval_node_boot"
 
 
 class NodeBoot:
@@ -75,3 +80,13 @@ def _unpack(bundle: bytes) -> tuple[str, str | None]:
         archive.extractall(folder)
     user = os.path.join(folder, "user")
     return folder, user if os.path.isdir(user) else None
+
+
+def portable() -> type:
+    """:class:`NodeBoot`, compiled anew under :data:`PORTABLE_MODULE`."""
+    with open(__file__, encoding="utf-8") as source:
+        code = compile(source.read(), __file__, "exec")
+    namespace: dict[str, Any] = {"__name__": PORTABLE_MODULE}
+    exec(code, namespace)
+    cls: type = namespace["NodeBoot"]
+    return cls

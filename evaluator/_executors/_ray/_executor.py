@@ -69,6 +69,8 @@ __all__ = ["RayExecutor", "RayExecutorStatistics"]
 
 #: A batch carries about this much of one worker's time per worker of its node.
 TARGET_BATCH_NS = 1_000_000_000
+#: Closing waits this long for the polls to end with their killed actors.
+CLOSE_POLLS_S = 10.0
 #: A piece (one submit on the node, whose outcomes come back together) carries about
 #: this much of one worker's time per worker.
 PIECE_NS = 100_000_000
@@ -202,16 +204,23 @@ class RayExecutor:
             return
         self._phase = "closed"
         self._queue.fail_all(failures.closed_before_done("Ray executor"))
-        for task in self._tasks:
+        pollers = {m.poller for m in self._roster.every if m.poller is not None}
+        for task in self._tasks - pollers:
             task.cancel()
-        await shielded(self._close())
+        await shielded(self._close(pollers))
 
-    async def _close(self) -> None:
-        if self._tasks:
-            await asyncio.wait(list(self._tasks))
+    async def _close(self, pollers: set[asyncio.Task[None]]) -> None:
+        """Close the actors first: their polls then end with the actors, rather than be
+        cancelled mid-call (which Ray Client does not take well)."""
         try:
             await self._roster.close()
         finally:
+            if pollers:
+                _, late = await asyncio.wait(pollers, timeout=CLOSE_POLLS_S)
+                for task in late:
+                    task.cancel()
+            if self._tasks:
+                await asyncio.wait(list(self._tasks))
             if self._connection is not None:
                 self._connection = None
                 await asyncio.to_thread(release)
@@ -370,7 +379,8 @@ class RayExecutor:
         elif tag == LLM:
             self._start(self._relay(member, *event[1:]))
         elif tag == FAILED:
-            _, seq, error = event
+            _, seq, kind, message = event
+            error = ErrorInfo(kind, message)
             rb = member.batches.get(seq)
             if rb is not None:
                 now = perf_counter_ns()

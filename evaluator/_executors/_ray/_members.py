@@ -29,7 +29,7 @@ from ..._exceptions import STEP_FILE, ConfigError, ContractError
 from ..._loader import UserFunction
 from .._process._queue import Batch
 from . import _boot
-from ._actor import ActorSpec, BootFailure, BootInfo
+from ._actor import ActorSpec, BootFailure, BootInfo, from_wire
 from ._cluster import NodeInfo, alive_nodes, import_ray
 from ._ship import bundle
 
@@ -211,10 +211,7 @@ class Roster:
 
     def _remote_class(self) -> Any:
         if self._remote is None:
-            ray = import_ray()
-            # By value: a node needs nothing of the engine installed to create the actor.
-            ray.cloudpickle.register_pickle_by_value(_boot)
-            self._remote = ray.remote(_boot.NodeBoot)
+            self._remote = import_ray().remote(_boot.portable())
         return self._remote
 
     def _create(self, node: NodeInfo) -> ActorHandle[Any]:
@@ -248,7 +245,7 @@ class Roster:
         self.every.append(member)
         try:
             async with asyncio.timeout(BOOT_TIMEOUT_S):
-                info = await member.handle.boot.remote(self.bundle, spec)
+                info = from_wire(await member.handle.boot.remote(self.bundle, spec))
         except TimeoutError:
             self._give_up(member, f"its actor did not start within {BOOT_TIMEOUT_S:g} s")
             return None

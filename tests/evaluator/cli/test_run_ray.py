@@ -79,17 +79,23 @@ def test_run_on_a_local_instance() -> None:
     assert _ray_processes() - before == set()
 
 
-@pytest.fixture
-def head(tmp_path: Path) -> Iterator[str]:
-    """A cluster from `ray start --head --block` on a free port; its address."""
+def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """A cluster from `ray start --head --block` on free ports: its address and its Ray
+    Client address."""
+    port, client = _free_port(), _free_port()
     argv = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block"]
     argv += ["--num-cpus", "2", "--node-ip-address", "127.0.0.1", "--port", str(port)]
+    argv += ["--ray-client-server-port", str(client)]
     argv += ["--include-dashboard", "false", "--disable-usage-stats"]
     argv += ["--object-store-memory", str(80 * 1024 * 1024)]
-    log = tmp_path / "ray-start.log"
+    log = tmp_path_factory.mktemp("head") / "ray-start.log"
     with log.open("w") as out:
         proc = subprocess.Popen(argv, env=_env(), stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -98,7 +104,7 @@ def head(tmp_path: Path) -> Iterator[str]:
             assert proc.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, "ray start --head did not start"
             time.sleep(0.1)
-        yield f"127.0.0.1:{port}"
+        yield f"127.0.0.1:{port}", f"ray://127.0.0.1:{client}"
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
@@ -109,9 +115,13 @@ def head(tmp_path: Path) -> Iterator[str]:
             record.unlink()
 
 
-def test_run_against_ray_start_head(head: str) -> None:
+@pytest.mark.parametrize("form", ["HOST:PORT", "ray://HOST:PORT"])
+def test_run_against_ray_start_head(head: tuple[str, str], form: str) -> None:
     """--ray-address runs the example on a cluster that `ray start --head` started,
-    shipping the example's folder to it; the cluster keeps running afterwards."""
-    done = _run("--ray-address", head)
+    shipping the example's folder to it, directly or through Ray Client; the cluster
+    keeps running afterwards."""
+    if form.startswith("ray://"):
+        pytest.importorskip("grpc")  # Ray Client: the extra ray[client]
+    done = _run("--ray-address", head[form.startswith("ray://")])
     cluster = _check_report(done)
     assert [node.split()[0] for node in cluster["calls_by_node"]] == ["127.0.0.1"]
