@@ -69,6 +69,11 @@ __all__ = ["RayExecutor", "RayExecutorStatistics"]
 
 #: A batch carries about this much of one worker's time per worker of its node.
 TARGET_BATCH_NS = 1_000_000_000
+#: A batch carries at least this much work when there is that much pending: Ray's round
+#: trip costs a millisecond or two of CPU on the driver and on the node.
+MIN_BATCH_NS = 20_000_000
+#: A batch smaller than that waits while every member has this much work per worker.
+LOW_WATER_NS = 10_000_000
 #: Closing waits this long for the polls to end with their killed actors.
 CLOSE_POLLS_S = 10.0
 #: A piece (one submit on the node, whose outcomes come back together) carries about
@@ -293,14 +298,23 @@ class RayExecutor:
         if self._phase != "open":
             return
         queue, roster = self._queue, self._roster
+        cost = queue.cost_ns
+        # Sized once for the whole round: re-sizing after each batch would halve the share
+        # every time, down to batches of one call (as in the process executor).
+        per_worker, _ = queue.batch_size(roster.usable_workers(cost))
+        # A batch costs Ray a few round trips of CPU on both sides: never less work than
+        # MIN_BATCH_NS in one, unless that is all there is.
+        least = 1 if cost is None else int(MIN_BATCH_NS / max(cost, 1.0))
         while queue.pending_count > 0:
-            cost = queue.cost_ns
             member = roster.roomiest(cost)
             if member is None:
                 return
-            per_worker, _ = queue.batch_size(roster.usable_workers(cost))
-            size = min(per_worker * member.workers, member.room(cost))
-            self._send(member, max(1, size), cost)
+            size = max(1, min(max(per_worker * member.workers, least), member.room(cost)))
+            if size < least and member.busy_ns(cost) >= LOW_WATER_NS * member.workers:
+                # Even the idlest member has work for a while: let small submits gather
+                # into one batch (its next outcomes dispatch again), as Nagle would.
+                return
+            self._send(member, size, cost)
 
     def _send(self, member: Member, size: int, cost: float | None) -> None:
         queue = self._queue

@@ -114,6 +114,10 @@ class Member:
             budget = min(MAX_IN_FLIGHT, max(budget, 2 * self.workers))
         return budget - self.in_flight
 
+    def busy_ns(self, cost_ns: float | None) -> float:
+        """The work it holds, by the estimated cost of a call (0 while unknown)."""
+        return 0.0 if cost_ns is None else self.in_flight * cost_ns
+
     @property
     def name(self) -> str:
         """The node, as statistics and messages name it."""
