@@ -165,7 +165,7 @@ class RayExecutor:
             has_llm=llm_handler is not None,
         )
         self._roster = Roster(fn, spec, workers=validate_count(workers, "workers"), events=self)
-        self._connection: Connection | None = None
+        self._connecting: asyncio.Future[Connection] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._decoder = msgspec.msgpack.Decoder(list[WireOutcome])
         self._parallelism = 1
@@ -199,8 +199,11 @@ class RayExecutor:
         return self
 
     async def _open(self) -> None:
-        self._connection = await asyncio.to_thread(connect, self._address)
-        await self._roster.open(ship_folder=not self._connection.local)
+        # A task of its own, shielded: cancelled mid-way, closing still waits for the
+        # connection (ray.init cannot be stopped half-way) and releases it.
+        self._connecting = asyncio.ensure_future(asyncio.to_thread(connect, self._address))
+        connection = await asyncio.shield(self._connecting)
+        await self._roster.open(ship_folder=not connection.local)
         self._parallelism = sum(m.workers for m in self._roster.ready())
         self._start(self._roster.watch())
 
@@ -226,9 +229,11 @@ class RayExecutor:
                     task.cancel()
             if self._tasks:
                 await asyncio.wait(list(self._tasks))
-            if self._connection is not None:
-                self._connection = None
-                await asyncio.to_thread(release)
+            connecting, self._connecting = self._connecting, None
+            if connecting is not None:
+                await asyncio.wait([connecting])
+                if not connecting.cancelled() and connecting.exception() is None:
+                    await asyncio.to_thread(release)
 
     def _start(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.get_running_loop().create_task(coro)

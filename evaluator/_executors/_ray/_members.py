@@ -244,7 +244,12 @@ class Roster:
         """
         workers = self.workers or node.cpus
         spec = msgspec.structs.asdict(msgspec.structs.replace(self.spec, workers=workers))
-        member = Member(self._create(node), node, workers)
+        try:
+            handle = self._create(node)
+        except Exception as exc:  # Ray refused the actor (the node just left, say)
+            self.excluded[node.node_id] = f"node {node.address}: no actor ({_first_line(exc)})"
+            return None
+        member = Member(handle, node, workers)
         self.members[node.node_id] = member
         self.every.append(member)
         try:
@@ -329,7 +334,8 @@ class Roster:
         self.dead_nodes.update(node_id for node_id in self.losses if node_id not in alive)
         for node in nodes:
             node_id = node.node_id
-            if node_id not in self.members | self.excluded and node_id not in self.booting:
+            placed = node_id in self.members or node_id in self.excluded
+            if not placed and node_id not in self.booting:
                 self.booting.add(node_id)
                 self.start(self._boot_later(node))
         if not self.members and not self.booting:
@@ -340,8 +346,8 @@ class Roster:
         """Boot a member mid-run: a node that cannot load the file is left out."""
         try:
             await self.boot(node)
-        except ContractError as exc:
-            self.excluded[node.node_id] = f"node {node.address}: {exc}"
+        except Exception as exc:  # the file cannot be loaded there, or a Ray error
+            self.excluded[node.node_id] = f"node {node.address}: {_first_line(exc)}"
         finally:
             self.booting.discard(node.node_id)
             if self.wake is not None and node.node_id not in self.members:
