@@ -6,13 +6,16 @@ minute on two cores (a local instance, then a three-node simulated cluster).
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("ray")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("ray") is None, reason="needs Ray (the extra `ray`)"
+)
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 

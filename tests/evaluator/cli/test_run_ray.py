@@ -7,6 +7,7 @@ started). Everything on 127.0.0.1.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -21,7 +22,9 @@ from typing import Any
 import psutil
 import pytest
 
-pytest.importorskip("ray")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("ray") is None, reason="needs Ray (the extra `ray`)"
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ["--metric", "examples/cpu/metric.py", "--data", "examples/cpu/data.jsonl"]

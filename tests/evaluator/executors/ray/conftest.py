@@ -1,5 +1,8 @@
 """One small Ray cluster for the Ray executor's tests: started once, stopped after.
 
+Module-scoped, and the tests that use it are one module: it is stopped before any other
+test runs (several count this process's children).
+
 Two nodes of one CPU each (``ray.cluster_utils.Cluster``: a head and a worker node, real
 raylets on this machine), on 127.0.0.1 only: the tests reach nothing but loopback. The
 driver connects to it with ``ray.init``, so the executors use that connection and ship
@@ -15,11 +18,9 @@ from typing import Any
 
 import pytest
 
-# Before Ray is imported: every node and the driver on loopback (Ray would pick this
-# machine's outward address otherwise).
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-
 pytest.importorskip("ray")
+# tests/conftest.py keeps Ray on loopback (set before Ray is imported).
+assert os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") == "0"
 
 #: Each node's object store: the smallest Ray accepts; the tests move kilobytes.
 OBJECT_STORE = 80 * 1024 * 1024
@@ -34,7 +35,7 @@ def node_args() -> dict[str, Any]:
     }
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[Any]:
     """A two-node local cluster (two CPUs in all) with the test process connected."""
     import ray

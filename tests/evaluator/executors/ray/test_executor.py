@@ -1,4 +1,5 @@
-"""The Ray executor on a real two-node cluster: results, faults, losses, cancellation.
+"""The Ray executor on a real two-node cluster: results, faults, losses, cancellation,
+shipping, model calls, and an Evaluator with both stages on Ray.
 
 Every test opens its own executor on the session's cluster (``conftest.py``) and checks,
 after closing it, that nothing of it is left: no actor process, no worker process.
@@ -17,11 +18,13 @@ from typing import Any
 import psutil
 import pytest
 
+from evaluator import Evaluator
 from evaluator._calls import Outcome, ScoreCall
 from evaluator._exceptions import ContractError
 from evaluator._executors._process._executor import ProcessExecutor
 from evaluator._executors._ray._executor import RayExecutor
 from evaluator._loader import UserFunction, load_function
+from evaluator._report import report_rows
 from llm_client import LLMError
 
 from .conftest import node_args
@@ -299,3 +302,46 @@ class TestModelCalls:
         assert _kinds(outcomes) == ["ok"] * 4 + ["llm_error"] + ["ok"] * 3
         assert [o.value.score for o in outcomes if o.value is not None] == [1, 0, 1, 0, 0, 1, 0]
         assert outcomes[4].error is not None and "overloaded" in outcomes[4].error.message
+
+
+PROGRAM = """
+def run(artifact, input):
+    return artifact + str(input["n"] * 2)
+"""
+
+PIPELINE_METRIC = """
+def score(input, output, expected=None):
+    good = output == expected["want"]
+    return (1.0 if good else 0.0), {"feedback": "right" if good else f"got {output!r}"}
+"""
+
+
+class TestEvaluator:
+    async def test_program_and_metric_on_ray(self, tmp_path: Path) -> None:
+        """Both stages run on the cluster (one connection, two sets of actors); every
+        example gets its result, and the report counts nodes, actors and batches."""
+        (tmp_path / "program.py").write_text(textwrap.dedent(PROGRAM))
+        (tmp_path / "metric.py").write_text(textwrap.dedent(PIPELINE_METRIC))
+        rows = [
+            {"id": f"e{i}", "input": {"n": i}, "expected": {"want": f"x{i * 2 if i % 4 else -1}"}}
+            for i in range(40)
+        ]
+        async with Evaluator(
+            tmp_path / "metric.py",
+            tmp_path / "program.py",
+            execution="ray",
+            program_execution="ray",
+        ) as ev:
+            results = await ev.evaluate_many("x", rows)
+            report = await ev.evaluate("x", rows)
+            stats = ev.statistics()
+        assert [r.example_id for r in results] == [f"e{i}" for i in range(40)]
+        assert [r.score for r in results] == [0.0 if i % 4 == 0 else 1.0 for i in range(40)]
+        assert report.n == 40 and report.ok == 40 and report.mean_score == 0.75
+        cluster = report.cluster
+        assert cluster is not None and cluster.nodes == 2 and cluster.actors == 4
+        assert sum(cluster.calls_by_node.values()) == 160  # two runs of two stages
+        assert cluster.lost_nodes == [] and cluster.calls_requeued == 0
+        assert stats.cluster is not None and stats.metric.kind == "ray"
+        labels = [label for label, _ in report_rows(report)]
+        assert {"ray nodes", "ray actors", "ray batches / calls requeued"} <= set(labels)
