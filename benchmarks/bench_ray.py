@@ -175,11 +175,15 @@ async def until(predicate: Callable[[], bool], timeout: float = 120) -> None:
 
 async def two_nodes(metric: Path, n: int) -> None:
     data = rows(n)
+    fn = load_function(metric, "score")
     p_start, p_rate, _ = await pipeline(metric, data, execution="process", workers=2)
     r_start, r_rate, stats = await pipeline(metric, data, execution="ray")
+    _, pe_rate = await one_submit(ProcessExecutor(fn, "score", timeout=60, workers=2), n)
+    _, re_rate = await one_submit(RayExecutor(fn, "score", timeout=60), n)
     by_node = stats.metric.calls_by_node
     print(f"2. two nodes of one CPU each, {n:,} examples")
-    print(f"   throughput ray (2 nodes) / process (2 workers): {r_rate / p_rate:.2f}")
+    print(f"   throughput ray (2 nodes) / process (2 workers), pipeline:   {r_rate / p_rate:.2f}")
+    print(f"   throughput ray (2 nodes) / process (2 workers), one submit: {re_rate / pe_rate:.2f}")
     shares = ", ".join(f"{node}: {calls:,}" for node, calls in sorted(by_node.items()))
     print(f"   calls per node (warm-up included): {shares}")
     print(f"   start-up, apart: process {p_start:.2f} s, ray {r_start:.2f} s")

@@ -8,6 +8,7 @@ after closing it, that nothing of it is left: no actor process, no worker proces
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 import textwrap
 import time
@@ -255,6 +256,39 @@ class TestShipping:
         assert str(fn.path) in message
         assert ex.statistics().actors == 0
         _assert_nothing_left(fn, ex)
+
+    def test_a_file_missing_on_the_node_is_a_clear_error(self, tmp_path: Path) -> None:
+        """On the engine's own local instance (nothing shipped: the nodes read the
+        driver's path), a file gone from that path is an error naming the node and the
+        path, and the instance is shut down. (A process of its own: a local instance
+        cannot share this process with the test cluster.)"""
+        fn = _metric(tmp_path)
+        code = f"""
+import asyncio, ray
+from evaluator._exceptions import ContractError
+from evaluator._executors._ray._executor import RayExecutor
+from evaluator._loader import load_function
+
+fn = load_function({str(fn.path)!r}, "score")
+fn.path.unlink()
+
+async def main():
+    try:
+        async with RayExecutor(fn, "score", timeout=30):
+            pass
+    except ContractError as exc:
+        print(exc)
+    print("initialized:", ray.is_initialized())
+
+asyncio.run(main())
+"""
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=110
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "cannot be loaded on Ray node" in done.stdout
+        assert f"the file is not on this node (no {fn.path})" in done.stdout
+        assert "initialized: False" in done.stdout
 
     async def test_objects_of_the_users_classes_cross_both_ways(self, tmp_path: Path) -> None:
         """A value of a class defined in the user's file reaches the shipped copy on the
