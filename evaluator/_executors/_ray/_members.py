@@ -266,7 +266,8 @@ class Roster:
             raise ContractError(
                 STEP_FILE,
                 f"cannot be loaded on Ray node {info.address} (node {info.node_id[:8]}): "
-                f"{info.message}",
+                f"{info.message} (a node gets the file's folder and the engine's packages; "
+                "anything else the file imports must be installed on every node)",
                 path=self.fn.path,
                 line=info.line,
             )
