@@ -105,52 +105,68 @@ def calls(n: int) -> list[ScoreCall]:
     return [ScoreCall(i, i, {"q": i}, "a" if i % 2 else "b", {"answer": "a"}) for i in range(n)]
 
 
-async def pipeline(metric: Path, data: list[Any], **options: Any) -> tuple[float, float, Any]:
-    """(start-up s, examples/s) through ``Evaluator.evaluate``, warm; its statistics."""
+async def _rate(ev: Evaluator, data: list[Any]) -> float:
     start = time.perf_counter()
-    async with Evaluator(metric, timeout=60, **options) as ev:
-        await ev.evaluate(None, data[:50])
-        startup = time.perf_counter() - start
-        start = time.perf_counter()
-        report = await ev.evaluate(None, data)
-        elapsed = time.perf_counter() - start
-        assert report.ok == len(data), report.errors
-        return startup, len(data) / elapsed, ev.statistics()
+    report = await ev.evaluate(None, data)
+    elapsed = time.perf_counter() - start
+    assert report.ok == len(data), report.errors
+    return len(data) / elapsed
 
 
-async def one_submit(executor: Any, n: int) -> tuple[float, float]:
-    """(start-up s, calls/s) of one submit of ``n`` calls, warm."""
+async def _submit_rate(ex: Any, n: int) -> float:
     start = time.perf_counter()
-    async with executor as ex:
-        await ex.submit(calls(50))
-        startup = time.perf_counter() - start
-        start = time.perf_counter()
-        outcomes = await ex.submit(calls(n))
-        elapsed = time.perf_counter() - start
-        assert all(o.error is None for o in outcomes)
-        return startup, n / elapsed
+    outcomes = await ex.submit(calls(n))
+    elapsed = time.perf_counter() - start
+    assert all(o.error is None for o in outcomes)
+    return n / elapsed
 
 
-async def local_run(metric: Path, n: int) -> None:
+async def compare(metric: Path, n: int, workers: int | None, repeats: int) -> dict[str, Any]:
+    """Process and Ray side by side, both warm, taking turns ``repeats`` times (the best
+    of each: another process on the machine slows a run, never speeds it up): through
+    ``Evaluator.evaluate`` and through one ``submit``; the start-ups apart."""
+    data, fn, out = rows(n), load_function(metric, "score"), {}
+    best = dict.fromkeys(("p", "r", "pe", "re"), 0.0)
+    start = time.perf_counter()
+    async with Evaluator(metric, timeout=60, execution="process", workers=workers) as pev:
+        await pev.evaluate(None, data[:50])
+        out["p_start"], start = time.perf_counter() - start, time.perf_counter()
+        async with Evaluator(metric, timeout=60, execution="ray") as rev:
+            await rev.evaluate(None, data[:50])
+            out["r_start"] = time.perf_counter() - start
+            async with (
+                ProcessExecutor(fn, "score", timeout=60, workers=workers) as pex,
+                RayExecutor(fn, "score", timeout=60) as rex,
+            ):
+                await pex.submit(calls(50))
+                await rex.submit(calls(50))
+                for _ in range(repeats):
+                    best["p"] = max(best["p"], await _rate(pev, data))
+                    best["r"] = max(best["r"], await _rate(rev, data))
+                    best["pe"] = max(best["pe"], await _submit_rate(pex, n))
+                    best["re"] = max(best["re"], await _submit_rate(rex, n))
+            out["stats"] = rev.statistics().metric
+    return out | best
+
+
+async def local_run(metric: Path, n: int, repeats: int) -> None:
     import ray
 
-    data = rows(n)
-    fn = load_function(metric, "score")
-    p_start, p_rate, _ = await pipeline(metric, data, execution="process")
-    r_start, r_rate, stats = await pipeline(metric, data, execution="ray")
+    got = await compare(metric, n, None, repeats)
     assert not ray.is_initialized(), "the engine's local instance was not shut down"
-    _, pe_rate = await one_submit(ProcessExecutor(fn, "score", timeout=60), n)
-    _, re_rate = await one_submit(RayExecutor(fn, "score", timeout=60), n)
-    metric_stats = stats.metric
-    print(f"1. local Ray instance ({metric_stats.parallelism} CPUs), {n:,} examples of ~2 ms")
-    print(f"   pipeline: process {p_rate:,.0f} ex/s, ray {r_rate:,.0f} ex/s")
-    print(f"   throughput ray / process (pipeline):    {r_rate / p_rate:.2f}  (target >= 0.85)")
-    print(f"   one submit: process {pe_rate:,.0f} calls/s, ray {re_rate:,.0f} calls/s")
-    print(f"   throughput ray / process (one submit):  {re_rate / pe_rate:.2f}")
+    stats = got["stats"]
     print(
-        f"   start-up, apart: process {p_start:.2f} s, ray {r_start:.2f} s (instance, "
-        f"actor, workers); batches {metric_stats.batches_sent:,} of "
-        f"{metric_stats.mean_batch_size:.0f} calls on average"
+        f"1. local Ray instance ({stats.parallelism} CPUs), {n:,} examples of ~2 ms, "
+        f"best of {repeats}"
+    )
+    print(f"   pipeline: process {got['p']:,.0f} ex/s, ray {got['r']:,.0f} ex/s")
+    print(f"   throughput ray / process (pipeline):    {got['r'] / got['p']:.2f}  (target >= 0.85)")
+    print(f"   one submit: process {got['pe']:,.0f} calls/s, ray {got['re']:,.0f} calls/s")
+    print(f"   throughput ray / process (one submit):  {got['re'] / got['pe']:.2f}")
+    print(
+        f"   start-up, apart: process {got['p_start']:.2f} s, ray {got['r_start']:.2f} s "
+        f"(instance, actor, workers); pipeline batches {stats.batches_sent:,} of "
+        f"{stats.mean_batch_size:.0f} calls on average"
     )
 
 
@@ -173,20 +189,16 @@ async def until(predicate: Callable[[], bool], timeout: float = 120) -> None:
         await asyncio.sleep(0.01)
 
 
-async def two_nodes(metric: Path, n: int) -> None:
-    data = rows(n)
-    fn = load_function(metric, "score")
-    p_start, p_rate, _ = await pipeline(metric, data, execution="process", workers=2)
-    r_start, r_rate, stats = await pipeline(metric, data, execution="ray")
-    _, pe_rate = await one_submit(ProcessExecutor(fn, "score", timeout=60, workers=2), n)
-    _, re_rate = await one_submit(RayExecutor(fn, "score", timeout=60), n)
-    by_node = stats.metric.calls_by_node
-    print(f"2. two nodes of one CPU each, {n:,} examples")
-    print(f"   throughput ray (2 nodes) / process (2 workers), pipeline:   {r_rate / p_rate:.2f}")
-    print(f"   throughput ray (2 nodes) / process (2 workers), one submit: {re_rate / pe_rate:.2f}")
-    shares = ", ".join(f"{node}: {calls:,}" for node, calls in sorted(by_node.items()))
-    print(f"   calls per node (warm-up included): {shares}")
-    print(f"   start-up, apart: process {p_start:.2f} s, ray {r_start:.2f} s")
+async def two_nodes(metric: Path, n: int, repeats: int) -> None:
+    got = await compare(metric, n, 2, repeats)
+    print(f"2. two nodes of one CPU each, {n:,} examples, best of {repeats}")
+    pipeline, submit = got["r"] / got["p"], got["re"] / got["pe"]
+    print(f"   throughput ray (2 nodes) / process (2 workers), pipeline:   {pipeline:.2f}")
+    print(f"   throughput ray (2 nodes) / process (2 workers), one submit: {submit:.2f}")
+    by_node = sorted(got["stats"].calls_by_node.items())
+    shares = ", ".join(f"{node}: {calls:,}" for node, calls in by_node)
+    print(f"   calls per node, pipeline runs (warm-up included): {shares}")
+    print(f"   start-up, apart: process {got['p_start']:.2f} s, ray {got['r_start']:.2f} s")
 
 
 async def faults_run(cluster: Any, metric: Path, pid_file: Path, n: int) -> None:
@@ -236,8 +248,8 @@ async def faults_run(cluster: Any, metric: Path, pid_file: Path, n: int) -> None
         raise SystemExit("the fault run lost, mislabelled or left something behind")
 
 
-async def on_cluster(cluster: Any, metric: Path, pid_file: Path, n: int) -> None:
-    await two_nodes(metric, n)
+async def on_cluster(cluster: Any, metric: Path, pid_file: Path, n: int, repeats: int) -> None:
+    await two_nodes(metric, n, repeats)
     await asyncio.to_thread(pid_file.write_text, "")  # the fault run's processes only
     await faults_run(cluster, metric, pid_file, n)
 
@@ -247,13 +259,14 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="small sizes for CI")
     args = parser.parse_args()
     n = 200 if args.smoke else 2000
+    repeats = 1 if args.smoke else 3
     loops = calibrate(2.0)
     with tempfile.TemporaryDirectory() as tmp:
         pid_file = Path(tmp, "pids.txt")
         metric = Path(tmp, "metric.py")
         metric.write_text(textwrap.dedent(METRIC.format(loops=loops, pids=str(pid_file))))
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-        asyncio.run(local_run(metric, n))
+        asyncio.run(local_run(metric, n, repeats))
 
         import ray
         from ray.cluster_utils import Cluster
@@ -264,7 +277,7 @@ def main() -> None:
         try:
             cluster.add_node(object_store_memory=STORE, **NODE)
             ray.init(address=cluster.address, logging_level="ERROR")
-            asyncio.run(on_cluster(cluster, metric, pid_file, n))
+            asyncio.run(on_cluster(cluster, metric, pid_file, n, repeats))
         finally:
             ray.shutdown()
             cluster.shutdown()
