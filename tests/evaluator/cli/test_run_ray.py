@@ -34,6 +34,9 @@ def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # every Ray process on loopback
     env["RAY_AUTH_MODE"] = "token"  # the default of `ray start`, explicit for an address
+    # Ray Client's proxy gives the server it starts per client 30 s to come up; on a
+    # loaded two-core machine the import of Ray alone can take that long.
+    env["RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S"] = "120"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     return env
 
