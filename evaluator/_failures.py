@@ -18,7 +18,9 @@ Where each kind is made:
 - ``llm_error``: :func:`raised`, for an ``llm_client.LLMError`` out of ``skynet.llm``.
 - ``program_timeout`` / ``metric_timeout``: :func:`timed_out`, in every executor.
 - ``worker_crash``: :func:`worker_died`, :func:`memory_exceeded`,
-  :func:`died_outside_call`, :func:`workers_fail_to_start` (the process executor).
+  :func:`died_outside_call`, :func:`workers_fail_to_start` (the process executor);
+  :func:`ray_actors_lost`, :func:`ray_no_nodes`, :func:`ray_actor_failed` (the Ray
+  executor).
 - ``missing_output``: :func:`missing_output` (the pipeline, score-only runs).
 - ``cancelled``: :func:`closed_before_done` (an executor closed under a waiting call).
 
@@ -45,6 +47,9 @@ __all__ = [
     "memory_exceeded",
     "missing_output",
     "raised",
+    "ray_actor_failed",
+    "ray_actors_lost",
+    "ray_no_nodes",
     "timed_out",
     "timeout_kind",
     "unreadable_value",
@@ -248,3 +253,27 @@ def missing_output(example_id: Any) -> ErrorInfo:
 def closed_before_done(what: str) -> ErrorInfo:
     """The executor was closed while this call still waited for its outcome."""
     return ErrorInfo("cancelled", f"the {what} was closed before this call finished")
+
+
+def ray_actors_lost(attempts: int) -> ErrorInfo:
+    """The Ray node actors holding this call were lost (node died, actor killed) again
+    and again before it finished."""
+    return ErrorInfo(
+        "worker_crash",
+        f"the Ray actors holding this call were lost {attempts} times before it finished "
+        "(their node died or they were killed); not retried",
+    )
+
+
+def ray_no_nodes(why: str) -> ErrorInfo:
+    """No node of the Ray cluster is left to run this call."""
+    return ErrorInfo(
+        "worker_crash",
+        f"no node of the Ray cluster is left to run this call ({why}); add nodes, or run "
+        "with another `execution`",
+    )
+
+
+def ray_actor_failed(detail: str) -> ErrorInfo:
+    """A node actor failed running a batch, outside the user's function."""
+    return ErrorInfo("worker_crash", f"the Ray node actor failed running this call: {detail}")

@@ -40,7 +40,7 @@ __all__ = [
     "load_program",
 ]
 
-EXECUTIONS = ("process", "thread", "async", "inline")
+EXECUTIONS = ("process", "thread", "async", "inline", "ray")
 #: Packages whose calls wait on a model: a module importing one is model-bound.
 MODEL_SDKS = ("openai", "litellm", "dspy", "anthropic")
 _SKYNET_LLM = "skynet.llm"

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 from evaluator import ConfigError
-from evaluator._options import MAX_TIMEOUT, validate_timeout
+from evaluator._options import MAX_TIMEOUT, validate_ray_address, validate_timeout
 
 if TYPE_CHECKING:
     from evaluator import Example
@@ -42,7 +42,7 @@ __all__ = [
     "SimulatorOptions",
 ]
 
-EXECUTIONS = ("process", "thread", "async", "inline")
+EXECUTIONS = ("process", "thread", "async", "inline", "ray")
 DEFAULT_TIMEOUT = 60.0
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 _NEEDS_A_MODEL = "add --model, --metric-model or --reflection-model"
@@ -393,6 +393,7 @@ class RunOptions:
     concurrency: int | None = None
     execution: str | None = None
     program_execution: str | None = None
+    ray_address: str | None = None
     serving: ServingOptions = ServingOptions()
     json: bool = False
 
@@ -447,6 +448,12 @@ class RunOptions:
         )
         parser.add_argument(
             "--program-execution", choices=EXECUTIONS, help="where the program runs"
+        )
+        parser.add_argument(
+            "--ray-address",
+            metavar="ADDRESS",
+            help="the Ray cluster of --execution ray: 'auto' (the one `ray start --head` "
+            "started here), HOST:PORT or ray://HOST:PORT (default: a local instance)",
         )
 
     @staticmethod
@@ -513,6 +520,7 @@ class RunOptions:
             concurrency=args.concurrency,
             execution=args.execution,
             program_execution=args.program_execution,
+            ray_address=validate_ray_address(args.ray_address),
             serving=ServingOptions.from_args(args, _run_models(args)),
             json=args.json,
         )

@@ -196,6 +196,7 @@ async def _main(
             concurrency=options.concurrency,
             execution=options.execution,
             program_execution=options.program_execution,
+            ray_address=options.ray_address,
             models=_models(configs),
         ) as ev,
     ):

@@ -23,7 +23,7 @@ from .._calls import Call, LLMHandler, Outcome
 from .._context import Stage
 from .._exceptions import ConfigError
 from .._loader import UserFunction
-from .._options import validate_count, validate_timeout
+from .._options import validate_count, validate_ray_address, validate_timeout
 
 __all__ = [
     "ExecutionKind",
@@ -33,7 +33,7 @@ __all__ = [
     "check_executor",
 ]
 
-ExecutionKind = Literal["process", "thread", "async", "inline"]
+ExecutionKind = Literal["process", "thread", "async", "inline", "ray"]
 
 
 class ExecutorStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,7 +61,7 @@ class Executor(Protocol):
 
     @property
     def kind(self) -> ExecutionKind:
-        """Where calls run: "async", "thread", "inline" or "process"."""
+        """Where calls run: "async", "thread", "inline", "process" or "ray"."""
         ...
 
     @property
@@ -96,7 +96,8 @@ class ExecutorOptions:
     function is model-bound (a thread pool runs that many threads unless ``workers``
     says otherwise), ``concurrency`` bounds the async executor's calls at once and a
     thread pool's size, ``max_calls_per_worker`` and ``memory_limit_mb`` apply to worker
-    processes, and ``llm_handler`` answers ``skynet.llm`` from the calls (None: no model).
+    processes, ``llm_handler`` answers ``skynet.llm`` from the calls (None: no model), and
+    ``ray_address`` is the Ray cluster of "ray" (None: a local instance).
     """
 
     timeout: float
@@ -106,6 +107,7 @@ class ExecutorOptions:
     max_calls_per_worker: int | None = None
     memory_limit_mb: int | None = None
     llm_handler: LLMHandler | None = None
+    ray_address: str | None = None
 
     def __post_init__(self) -> None:
         validate_timeout(self.timeout, "timeout", upper=None)
@@ -114,6 +116,7 @@ class ExecutorOptions:
         validate_count(self.concurrency, "concurrency")
         validate_count(self.max_calls_per_worker, "max_calls_per_worker")
         validate_count(self.memory_limit_mb, "memory_limit_mb")
+        validate_ray_address(self.ray_address)
 
 
 def check_executor(fn: UserFunction, stage: Any, kind: ExecutionKind, timeout: Any) -> float:

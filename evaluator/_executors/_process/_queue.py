@@ -113,7 +113,9 @@ class Batch:
 class WorkQueue:
     """Pending calls of every job, batches, and the cost estimate that sizes them."""
 
-    def __init__(self) -> None:
+    def __init__(self, target_ns: int = TARGET_BATCH_NS) -> None:
+        #: The work one batch should carry per worker (the Ray executor's carry more).
+        self.target_ns = target_ns
         self.pending: deque[Segment] = deque()
         self.pending_count = 0
         self.jobs: set[Job] = set()
@@ -219,7 +221,7 @@ class WorkQueue:
             # Unknown cost: small batches, none queued behind a call that may be long.
             size, prefetch = PROBE_BATCH, False
         else:
-            size = max(1, min(MAX_BATCH, int(TARGET_BATCH_NS / max(cost, 1.0))))
+            size = max(1, min(MAX_BATCH, int(self.target_ns / max(cost, 1.0))))
             prefetch = cost <= PREFETCH_MAX_COST_NS
         pending = self.pending_count
         if cost is not None and pending * cost <= SPLIT_MIN_NS:
