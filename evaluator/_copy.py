@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-__all__ = ["private_copy"]
+__all__ = ["private_artifact", "private_copy"]
 
 T = TypeVar("T")
 
@@ -53,6 +53,34 @@ def private_copy(value: T) -> T:
         return copy.deepcopy(value)
     except Exception:  # not copyable (or too deep to copy): shared, as before copies existed
         return value
+
+
+def private_artifact(value: T) -> T:
+    """A copy of the plain-data parts of an artifact (dicts, lists and tuples, as deep as
+    they go), sharing every other object as it is.
+
+    An artifact is usually a prompt or a config, copied for next to nothing; but it may
+    be a large object (a loaded model, a client) that no call should pay to copy, and
+    whose own state is the caller's to guard.
+    """
+    kind = type(value)
+    if kind is dict or kind is list or kind is tuple:
+        try:
+            return _containers(value)  # type: ignore[no-any-return]
+        except RecursionError:  # a container that contains itself: shared
+            return value
+    return value
+
+
+def _containers(value: Any) -> Any:
+    kind = type(value)
+    if kind is dict:
+        return {k: _containers(v) for k, v in value.items()}
+    if kind is list:
+        return [_containers(v) for v in value]
+    if kind is tuple:
+        return tuple([_containers(v) for v in value])
+    return value
 
 
 class _NotPlain(Exception):

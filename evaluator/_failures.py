@@ -16,7 +16,8 @@ Where each kind is made:
   :func:`unreadable_value` (values that cannot cross the process boundary).
 - ``invalid_return``: :func:`invalid_return` (the call layer, after ``score``).
 - ``llm_error``: :func:`raised`, for an ``llm_client.LLMError`` out of ``skynet.llm``.
-- ``program_timeout`` / ``metric_timeout``: :func:`timed_out`, in every executor.
+- ``program_timeout`` / ``metric_timeout``: :func:`timed_out`, in every executor, and
+  :func:`blocked_loop` (an async call that held the event loop past its timeout).
 - ``worker_crash``: :func:`worker_died`, :func:`memory_exceeded`,
   :func:`died_outside_call`, :func:`workers_fail_to_start` (the process executor).
 - ``missing_output``: :func:`missing_output` (the pipeline, score-only runs).
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from ._loader import UserFunction
 
 __all__ = [
+    "blocked_loop",
     "closed_before_done",
     "died_outside_call",
     "invalid_return",
@@ -162,6 +164,27 @@ def timed_out(stage: Stage, timeout: float, example_id: Any, how: str = "") -> E
         timeout_kind(stage),
         f"{_function(stage)} did not return within the {timeout:g} s timeout on example "
         f"{example_id!r}{how}; make it faster or raise `{_timeout_option(stage)}`",
+    )
+
+
+def blocked_loop(
+    fn: UserFunction,
+    stage: Stage,
+    timeout: float,
+    example_id: Any,
+    held_s: float,
+    where: str | None,
+) -> ErrorInfo:
+    """An async call held the event loop (a blocking call in ``async def``) for so long
+    that it broke its timeout: how long, where, and the fix."""
+    place = f" at {where}" if where else ""
+    return ErrorInfo(
+        timeout_kind(stage),
+        f"{_function(stage)} did not return within the {timeout:g} s timeout on example "
+        f"{example_id!r}: it held the event loop for {held_s:.3g} s at a time without "
+        f"giving it back{place}; a blocking call in `async def` (time.sleep, a sync HTTP "
+        "client, CPU work) stops every other call: await an async form, wrap it in "
+        f"`await asyncio.to_thread(...)`, or make `{fn.name}` a plain `def`",
     )
 
 

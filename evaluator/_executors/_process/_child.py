@@ -278,11 +278,18 @@ class _Worker:
                 _exit_quietly(0)
 
     def batch(
-        self, seq: int, rows: list[Any], call: Callable[[Any, LLMBridge | None, int], Outcome]
+        self,
+        seq: int,
+        rows: list[Any],
+        call: Callable[[Any, LLMBridge | None, int], Outcome],
+        clock: Any = perf_counter_ns,
     ) -> None:
-        """Run one batch, streaming its outcomes back at least every ``FLUSH_NS``."""
+        """Run one batch, streaming its outcomes back at least every ``FLUSH_NS``.
+
+        ``clock`` is bound when this module is imported, before the user's file: a user
+        file that patches ``time.perf_counter_ns`` or this module's attributes does not
+        change what its calls measure."""
         state, channel, stage, send = self.state, self.channel, self.stage, self.results.send
-        clock = perf_counter_ns
         state[SEQ] = seq
         outs: list[Any] = []
         append = outs.append

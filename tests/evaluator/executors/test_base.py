@@ -9,7 +9,11 @@ from typing import Any
 import pytest
 
 from evaluator._calls import ScoreCall
-from evaluator._executors._async import ASYNC_CONCURRENCY, AsyncExecutor
+from evaluator._executors._async import (
+    ASYNC_CONCURRENCY,
+    AsyncExecutor,
+    AsyncExecutorStatistics,
+)
 from evaluator._executors._base import ExecutorOptions, ExecutorStatistics
 from evaluator._executors._factory import open_executor
 from evaluator._executors._process._executor import ProcessExecutor, ProcessExecutorStatistics
@@ -23,7 +27,7 @@ from evaluator._loader import UserFunction, load_metric
 SOURCES = Path(__file__).resolve().parents[1] / "sources"
 
 KINDS = {
-    "async": (AsyncExecutor, ExecutorStatistics, ASYNC_CONCURRENCY),
+    "async": (AsyncExecutor, AsyncExecutorStatistics, ASYNC_CONCURRENCY),
     "thread": (ThreadExecutor, ThreadExecutorStatistics, min(64, (os.cpu_count() or 1) * 8)),
     "inline": (InlineExecutor, ThreadExecutorStatistics, 1),
     "process": (ProcessExecutor, ProcessExecutorStatistics, os.cpu_count()),
