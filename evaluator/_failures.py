@@ -12,8 +12,9 @@ scattered through the engine.
 Where each kind is made:
 
 - ``program_error`` / ``metric_error``: :func:`raised` (the call layer, any executor) and
-  the process executor's :func:`unsendable_arguments`, :func:`unsendable_value` and
-  :func:`unreadable_value` (values that cannot cross the process boundary).
+  the process executor's :func:`unsendable_arguments`, :func:`unsendable_value`,
+  :func:`unreadable_value` and :func:`unreadable_arguments` (values that cannot cross
+  the process boundary, either way).
 - ``invalid_return``: :func:`invalid_return` (the call layer, after ``score``).
 - ``llm_error``: :func:`raised`, for an ``llm_client.LLMError`` out of ``skynet.llm``.
 - ``program_timeout`` / ``metric_timeout``: :func:`timed_out`, in every executor, and
@@ -21,7 +22,9 @@ Where each kind is made:
 - ``worker_crash``: :func:`worker_died`, :func:`memory_exceeded`,
   :func:`died_outside_call`, :func:`workers_fail_to_start` (the process executor).
 - ``missing_output``: :func:`missing_output` (the pipeline, score-only runs).
-- ``cancelled``: :func:`closed_before_done` (an executor closed under a waiting call).
+- ``cancelled``: :func:`closed_before_done` (an executor closed under a waiting call);
+  :func:`no_outcome` and :func:`lost_results` (the pipeline, when the engine itself lost
+  a call's outcome or a chunk's results: never a silently missing example).
 
 Imports only what a worker process needs: workers build their outcomes here too.
 """
@@ -44,11 +47,14 @@ __all__ = [
     "died_outside_call",
     "invalid_return",
     "kind_of",
+    "lost_results",
     "memory_exceeded",
     "missing_output",
+    "no_outcome",
     "raised",
     "timed_out",
     "timeout_kind",
+    "unreadable_arguments",
     "unreadable_value",
     "unsendable_arguments",
     "unsendable_value",
@@ -248,6 +254,17 @@ def unsendable_value(stage: Stage, exc: BaseException) -> ErrorInfo:
     )
 
 
+def unreadable_arguments(fn: UserFunction, stage: Stage, why: str) -> ErrorInfo:
+    """In the worker: the call's arguments, sent by the engine, cannot be unpickled there
+    (``why``: the exception, in words)."""
+    return ErrorInfo(
+        user_error_kind(stage),
+        f"the arguments of `{fn.name}` cannot be rebuilt in its worker process ({why}); "
+        "pass plain data (dicts, lists, text, numbers) or objects of importable classes, or "
+        "set EXECUTION = 'thread'",
+    )
+
+
 def unreadable_value(fn: UserFunction, stage: Stage, exc: BaseException) -> ErrorInfo:
     """In the engine: the value a worker sent back cannot be unpickled here."""
     return ErrorInfo(
@@ -265,6 +282,25 @@ def missing_output(example_id: Any) -> ErrorInfo:
         f"example {example_id!r} has no output: a score-only run (no program) scores each "
         "example's 'output' field; add \"output\" to the row, or give a program "
         "(--program) to produce it",
+    )
+
+
+def no_outcome(stage: Stage) -> ErrorInfo:
+    """An executor returned no outcome for this call: a bug of the engine's, counted
+    against the example rather than losing it."""
+    return ErrorInfo(
+        "cancelled",
+        f"the engine received no outcome for this call of {_function(stage)} (a bug of "
+        "skynet-eval: please report it); the example is counted as an error, not lost",
+    )
+
+
+def lost_results(why: str) -> ErrorInfo:
+    """A chunk of examples lost its results inside the engine (``why``)."""
+    return ErrorInfo(
+        "cancelled",
+        f"this example got no result: {why} (a bug of skynet-eval: please report it); "
+        "it is counted as an error, not lost",
     )
 
 

@@ -3,7 +3,8 @@
 Flow: read the dataset once (every row checked, counted), run the contract check on the
 first 3 examples end to end (exit 1 if it fails; its results are the run's own), then
 the rest, each result appended to ``--output`` as it arrives. Exit 0 when the run
-completed (whatever the examples' errors), 1 when the contract check failed, 130 on
+completed (whatever the examples' errors), 1 when the contract check failed or the run
+has fewer results than examples (``check_result_count``), 130 on
 Ctrl-C after printing the report of what was done (the results already written are
 kept; ``--resume`` goes on from there).
 """
@@ -32,6 +33,7 @@ from evaluator import (
     check_contract,
     read_results,
 )
+from evaluator._pipeline._assembly import check_result_count
 
 from . import _loop
 from ._main import EXIT_FAILED, EXIT_OK
@@ -110,7 +112,8 @@ async def _main(options: RunOptions, serving: Serving, plan: _Plan, stream: Text
             options.program,
             timeout=options.timeout,
             program_timeout=options.program_timeout,
-            workers=options.workers,
+            # never more workers than examples: each is a whole interpreter (or a thread)
+            workers=None if options.workers is None else min(options.workers, plan.total),
             concurrency=options.concurrency,
             execution=options.execution,
             program_execution=options.program_execution,
@@ -135,6 +138,10 @@ async def _main(options: RunOptions, serving: Serving, plan: _Plan, stream: Text
             print_report(report, out, interrupted=cancelled is not None, output=options.output)
     if cancelled is not None:
         raise cancelled  # the report is out: let the stop go on to the loop starter
+    incomplete = check_result_count(plan.total, report.n)
+    if incomplete is not None:  # never exit 0 for a run with fewer results than examples
+        print(f"skynet-eval run: error: {incomplete}", file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_OK
 
 

@@ -29,8 +29,7 @@ from .._aio import shielded
 from .._calls import Call, LLMHandler, Outcome, SyncInvoker
 from .._context import Stage
 from .._loader import UserFunction
-from .._options import validate_count
-from ._base import ExecutionKind, ExecutorStatistics, check_executor
+from ._base import ExecutionKind, ExecutorStatistics, check_executor, check_workers
 from ._bridge import LoopBridge
 
 __all__ = ["InlineExecutor", "ThreadExecutor", "ThreadExecutorStatistics"]
@@ -176,7 +175,7 @@ class ThreadExecutor:
         self.timeout = check_executor(fn, stage, self.kind, timeout)
         self.fn = fn
         self.stage: Stage = stage
-        chosen = validate_count(workers, "workers")
+        chosen = check_workers(workers, self.kind)
         self.workers = chosen if chosen is not None else min(64, (os.cpu_count() or 1) * 8)
         self.handler = llm_handler
         self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()

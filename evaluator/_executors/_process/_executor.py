@@ -50,17 +50,19 @@ from ..._calls import Call, LLMHandler, Outcome
 from ..._context import Stage
 from ..._loader import UserFunction
 from ..._options import validate_count
-from .._base import ExecutionKind, ExecutorStatistics, check_executor
+from .._base import ExecutionKind, ExecutorStatistics, check_executor, check_workers
 from ._pool import Pool, Worker, WorkerExit
-from ._queue import Job, Segment, WorkQueue
+from ._queue import Batch, Job, Segment, WorkQueue
 from ._relay import answer
 from ._wire import (
     BATCH,
+    BATCH_ROWS,
     EXIT_MEMORY,
     KIND_RESULT,
     LLM,
     PICKLE_PROTOCOL,
     RESULT_HEADER,
+    UNREADABLE,
     ResultMsg,
     call_row,
 )
@@ -127,7 +129,7 @@ class ProcessExecutor:
         self._timeout = check_executor(fn, stage, "process", timeout)
         self._fn = fn
         self.stage: Stage = stage
-        self._n_workers = validate_count(workers, "workers") or os.cpu_count() or 1
+        self._n_workers = check_workers(workers, "process") or os.cpu_count() or 1
         self._llm_handler = llm_handler
         self._max_calls = validate_count(max_calls_per_worker, "max_calls_per_worker")
         self._memory_limit_mb = validate_count(memory_limit_mb, "memory_limit_mb")
@@ -313,6 +315,17 @@ class ProcessExecutor:
     def on_control(self, w: Worker, message: tuple[Any, ...]) -> None:
         if message[0] == LLM:
             self._pool.start_task(self._relay(w, *message[1:]), owner=w)
+        elif message[0] == UNREADABLE and w.batches:
+            self._resend_rows(w, w.batches[0])
+
+    def _resend_rows(self, w: Worker, batch: Batch) -> None:
+        """The worker could not unpickle ``batch`` (its oldest, the one it was reading):
+        send it again with each row pickled alone, so that only the calls whose values
+        it cannot rebuild fail, each with its own error."""
+        rows = [
+            pickle.dumps(call_row(batch.call_at(i)), PICKLE_PROTOCOL) for i in range(batch.size)
+        ]
+        w.send(pickle.dumps((BATCH_ROWS, batch.seq, rows), PICKLE_PROTOCOL))
 
     async def _relay(self, w: Worker, request: int, *call: Any) -> None:
         reply = await answer(self._llm_handler, request, *call)

@@ -46,7 +46,7 @@ from typing import Any, NamedTuple, Protocol
 
 from ... import _failures as failures
 from ..._context import Stage
-from ..._loader import UserFunction
+from ..._loader import USER_MODULE_PREFIX, UserFunction
 from ..._results import ErrorInfo
 from ._channel import Channel
 from ._queue import Batch
@@ -83,6 +83,16 @@ _BOOT = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
     "from evaluator._executors._process._child import main; main()"
 )
+
+
+def _user_modules() -> dict[str, str]:
+    """The user files this process has loaded (``evaluator._loader``), by module name."""
+    found: dict[str, str] = {}
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if name.startswith(USER_MODULE_PREFIX) and isinstance(file, str):
+            found[name] = file
+    return found
 
 
 class Worker:
@@ -344,6 +354,7 @@ class Pool:
             stage=self.stage,
             has_llm=self.has_llm,
             memory_limit_mb=self.memory_limit_mb,
+            user_modules=_user_modules(),
         )
         w.send(pickle.dumps(init, PICKLE_PROTOCOL))
         w.channel.start()
