@@ -33,6 +33,7 @@ from evaluator import (
     check_contract,
     read_results,
 )
+from evaluator._executors._base import fit_workers
 from evaluator._pipeline._assembly import check_result_count
 
 from . import _loop
@@ -112,8 +113,7 @@ async def _main(options: RunOptions, serving: Serving, plan: _Plan, stream: Text
             options.program,
             timeout=options.timeout,
             program_timeout=options.program_timeout,
-            # never more workers than examples: each is a whole interpreter (or a thread)
-            workers=None if options.workers is None else min(options.workers, plan.total),
+            workers=fit_workers(options.workers, plan.total),
             concurrency=options.concurrency,
             execution=options.execution,
             program_execution=options.program_execution,

@@ -35,6 +35,7 @@ __all__ = [
     "ExecutorStatistics",
     "check_executor",
     "check_workers",
+    "fit_workers",
 ]
 
 #: Worker processes at most per core: each is a whole interpreter (tens of MB, a start-up
@@ -176,3 +177,18 @@ def check_workers(workers: Any, kind: ExecutionKind) -> int | None:
             value=workers,
         )
     return count
+
+
+def fit_workers(workers: int | None, examples: int) -> int | None:
+    """``workers`` for a run of ``examples`` known in advance (the command line): never
+    more than the examples can use, since a process pool starts all its interpreters at
+    once (a thread pool starts threads as calls need them).
+
+    A count above what worker processes allow is passed on unchanged, so that the
+    executor refuses the value the user gave (:func:`check_workers`), not a capped one.
+    """
+    if workers is None or isinstance(workers, bool) or not isinstance(workers, int):
+        return workers
+    if workers > PROCESSES_PER_CORE * (os.cpu_count() or 1):
+        return workers
+    return max(1, min(workers, examples))
