@@ -131,7 +131,10 @@ async def _main(options: RunOptions, serving: Serving, plan: _Plan, stream: Text
         checked = [r for r in checked if r.example_id not in plan.done]
         plan.done.update(r.example_id for r in checked)
         cancelled = await _evaluate(ev, options, plan, checked)
-        report = plan.builder.build(abandoned_threads=ev.statistics().abandoned_threads)
+        stats = ev.statistics()
+        report = plan.builder.build(
+            abandoned_threads=stats.abandoned_threads, abandoned_tasks=stats.abandoned_tasks
+        )
         if options.json:
             write_json(stream, report)
         else:

@@ -21,6 +21,7 @@ from .._aio import shielded
 from .._calls import LLMHandler
 from .._context import Stage
 from .._exceptions import ConfigError
+from .._executors._async import AsyncExecutorStatistics
 from .._executors._base import Executor, ExecutorOptions
 from .._executors._factory import open_executor
 from .._executors._threads import ThreadExecutorStatistics
@@ -48,6 +49,7 @@ class EvaluatorStatistics(msgspec.Struct, frozen=True, kw_only=True):
     program: Any
     models: ModelStatistics
     abandoned_threads: int
+    abandoned_tasks: int = 0
 
 
 def choose_execution(fn: UserFunction, override: str | None, *, option: str) -> str:
@@ -264,7 +266,9 @@ class Evaluator:
             builder.add_many(chunk)
 
         await self._flow.drive(artifact, Source(examples), add)
-        return builder.build(abandoned_threads=self._abandoned())
+        return builder.build(
+            abandoned_threads=self._abandoned(), abandoned_tasks=self._abandoned_tasks()
+        )
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
@@ -288,6 +292,7 @@ class Evaluator:
             program=flow.program.statistics() if flow.program is not None else None,
             models=router.statistics() if router is not None else ModelStatistics(),
             abandoned_threads=self._abandoned(),
+            abandoned_tasks=self._abandoned_tasks(),
         )
 
     def _abandoned(self) -> int:
@@ -298,6 +303,13 @@ class Evaluator:
                 if isinstance(stats, ThreadExecutorStatistics):
                     total += stats.abandoned_threads
         return total
+
+    def _abandoned_tasks(self) -> int:
+        return sum(
+            stats.abandoned_tasks
+            for ex in (self._flow.metric, self._flow.program)
+            if ex is not None and isinstance(stats := ex.statistics(), AsyncExecutorStatistics)
+        )
 
 
 async def _close(streams: set[asyncio.Task[None]], stack: contextlib.AsyncExitStack | None) -> None:
