@@ -366,7 +366,7 @@ class AsyncExecutor:
             )
         return failures.timed_out(self.stage, self.timeout, example_id, how)
 
-    def _abandon(self, runner: _Runner) -> None:
+    def _abandon(self, runner: _Runner, clock: Any = perf_counter_ns) -> None:
         """On the loop: give up the call ``runner`` runs (it ignores its cancellation)."""
         runner.abandoned = True
         self._abandoned.add(runner)
@@ -379,7 +379,7 @@ class AsyncExecutor:
         call = job.calls[runner.index]
         how = "; it ignored its cancellation and was abandoned"
         outcome = Outcome(
-            None, self._timed_out(call.example_id, steps, how), runner.started, perf_counter_ns()
+            None, self._timed_out(call.example_id, steps, how), runner.started, clock()
         )
         job.store(runner.index, outcome)
         if job.left and not job.cancelled:

@@ -286,7 +286,9 @@ class ProcessExecutor:
 
     # -- what the pool reports (PoolEvents) -------------------------------------------
 
-    def on_results(self, w: Worker, kind: int, body: bytearray) -> None:
+    def on_results(
+        self, w: Worker, kind: int, body: bytearray, clock: Any = perf_counter_ns
+    ) -> None:
         if kind == KIND_RESULT:
             msg = self._decoder.decode(body)
             self._results(w, msg.seq, msg.start, msg.work_ns, msg.final, msg.outcomes)
@@ -297,7 +299,7 @@ class ProcessExecutor:
         except Exception as exc:
             # e.g. a class the worker's code defines but the engine cannot import.
             error = failures.unreadable_value(self._fn, self.stage, exc)
-            now = perf_counter_ns()
+            now = clock()
             outcomes = [Outcome(None, error, now, now)] * count
         self._results(w, seq, start, work_ns, final, outcomes)
 
@@ -332,7 +334,7 @@ class ProcessExecutor:
         if not w.closed:
             w.send(reply)
 
-    def on_exit(self, w: Worker, exit: WorkerExit) -> None:
+    def on_exit(self, w: Worker, exit: WorkerExit, clock: Any = perf_counter_ns) -> None:
         """A worker died: blame the call it was running, queue the rest of its work.
 
         Killed at the timeout, the call the watchdog saw gets its timeout; dead on its
@@ -348,14 +350,14 @@ class ProcessExecutor:
             def blame(call: Call) -> Outcome:
                 how = "; its worker process was killed and replaced"
                 error = failures.timed_out(stage, timeout, call.example_id, how)
-                return Outcome(None, error, started, perf_counter_ns())
+                return Outcome(None, error, started, clock())
 
         elif exit.running is not None:
             seq, index, started = exit.running
             error = failures.worker_died(fn, exit.cause)
 
             def blame(call: Call) -> Outcome:
-                return Outcome(None, error, started, perf_counter_ns())
+                return Outcome(None, error, started, clock())
 
         else:
             self._queue.worker_lost(exit.batches, None, None, penalise=penalise)
