@@ -253,6 +253,7 @@ class SyncInvoker:
             ctx.observation = _own_observation(observation)
             input, output = private_copy(input), private_copy(output)
             expected = private_copy(expected)
+            started = clock()  # the copies are the engine's work, not the call's time
         else:
             ctx.observation = observation
         try:
@@ -284,6 +285,7 @@ class SyncInvoker:
         ctx.llm = bridge
         if self._private:
             artifact, input = private_artifact(artifact), private_copy(input)
+            started = clock()  # the copies are the engine's work, not the call's time
         try:
             raw = self._fn(artifact, input)
         except (Exception, SystemExit) as exc:
@@ -443,11 +445,15 @@ async def invoke_async(
     baseline = task.cancelling() if task is not None else 0
     if steps is None:
         steps = Steps(LoopTime(), call.example_id)
+    try:
+        args = call.private_arguments(fn.arity)
+    except BaseException as exc:  # a __deepcopy__ of the user's that raises
+        return _failed(fn, stage, exc, clock())
     observation = _own_observation(call.observation)
     token = _current.set(CallContext(call.example_id, stage, observation, bridge))
-    started = clock()
+    started = clock()  # after the copies: they are the engine's work, not the call's time
     try:
-        raw = await _first_step(fn.fn(*call.private_arguments(fn.arity)), steps)
+        raw = await _first_step(fn.fn(*args), steps)
     except BaseException as exc:
         if isinstance(exc, asyncio.CancelledError) and (
             steps.detached or _cancel_requested(task, baseline)
