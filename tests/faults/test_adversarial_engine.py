@@ -823,3 +823,48 @@ class TestTheFlowLosesNoChunk:
         assert len(streamed) == 50
         assert all(_kind(r) == "cancelled" for r in results + streamed)
         assert "not requested by the caller" in results[0].feedback
+
+
+OBSERVATION_TAMPER = """
+import msgspec
+from evaluator._context import current
+
+def _tamper():
+    ctx = current()
+    for name, value in (("duration_ms", 0.001), ("cost_usd", 123.0), ("notes", ("forged",))):
+        msgspec.structs.force_setattr(ctx.observation, name, value)
+    return ctx.observation.duration_ms
+
+def score(input, output, expected=None):
+    return 1.0, {"feedback": "seen", "seen": _tamper()}
+
+async def ascore(input, output, expected=None):
+    return 1.0, {"feedback": "seen", "seen": _tamper()}
+"""
+
+
+class TestTheRecordedObservationIsTheEngines:
+    @pytest.mark.parametrize("execution", ["thread", "inline", "async", "process"])
+    async def test_forcing_the_context_observation_changes_only_a_copy(
+        self, tmp_path: Path, execution: str
+    ) -> None:
+        """A metric that reaches past skynet.observation() to the call's context and
+        force-sets its observation's fields changes its own copy only: the recorded
+        observation keeps the program's measured time and cost, for every example."""
+        suffix = "\nscore = ascore\n" if execution == "async" else ""
+        metric = _write(tmp_path, "metric.py", OBSERVATION_TAMPER + suffix)
+        program = _write(
+            tmp_path,
+            "program.py",
+            "import time\ndef run(a, i):\n    time.sleep(0.02)\n    return 'o'\n",
+        )
+        rows = [{"id": i, "input": {}} for i in range(4)]
+        async with Evaluator(
+            metric, program, execution=execution, program_execution="thread", timeout=10
+        ) as ev:
+            results = await ev.evaluate_many("a", rows)
+        for r in results:
+            assert r.ok, r.error
+            assert r.extra["seen"] == 0.001  # the forgery happened, on the copy
+            assert r.observation.duration_ms is not None and r.observation.duration_ms >= 20
+            assert r.observation.cost_usd == 0.0 and r.observation.notes == ()
