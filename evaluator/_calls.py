@@ -359,7 +359,16 @@ class Steps:
     is never resumed again (see :func:`invoke_async`).
     """
 
-    __slots__ = ("blocked_at", "blocked_ns", "coro", "detached", "example_id", "longest_ns", "loop")
+    __slots__ = (
+        "blocked_at",
+        "blocked_ns",
+        "coro",
+        "detached",
+        "example_id",
+        "longest_ns",
+        "loop",
+        "on_suspend",
+    )
 
     def __init__(self, loop: LoopTime, example_id: Any) -> None:
         self.loop = loop
@@ -369,6 +378,8 @@ class Steps:
         self.blocked_at: str | None = None
         self.coro: Any = None
         self.detached = False
+        #: Called when the call first suspends (the executor starts another worker).
+        self.on_suspend: Callable[[], None] | None = None
 
     def took(self, ns: int) -> None:
         """A step of the call took ``ns`` on the loop."""
@@ -481,4 +492,6 @@ async def _first_step(coro: Any, steps: Steps, clock: Any = perf_counter_ns) -> 
     finally:
         loop.stepping = None
         steps.took(clock() - began)
+    if steps.on_suspend is not None:
+        steps.on_suspend()
     return await _Resume(first, steps)

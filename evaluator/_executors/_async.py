@@ -92,13 +92,14 @@ class AsyncExecutorStatistics(ExecutorStatistics, frozen=True, kw_only=True):
 class _Job:
     """One submit: its calls, their outcomes, and the worker tasks running them."""
 
-    __slots__ = ("calls", "cancelled", "claims", "future", "left", "outcomes", "runners")
+    __slots__ = ("calls", "cancelled", "future", "left", "next", "outcomes", "runners", "running")
 
     def __init__(self, calls: Sequence[Call], loop: asyncio.AbstractEventLoop) -> None:
         self.calls = calls
         self.outcomes: list[Outcome | None] = [None] * len(calls)
         self.left = len(calls)
-        self.claims = iter(range(len(calls)))
+        self.next = 0  # the next call to claim
+        self.running = 0  # worker tasks claiming calls (not abandoned, not done)
         self.future: asyncio.Future[None] = loop.create_future()
         self.runners: list[_Runner] = []
         self.cancelled = False
@@ -150,6 +151,10 @@ class _Runner:
         self.stalled_at_start = 0
         self.abandoned = False
         self.slot = False  # holds one of the executor's concurrency slots
+
+    def grow(self) -> None:
+        """The call suspended: let another worker task take the next call."""
+        self.executor._grow(self.job)
 
     def begin(self, index: int, steps: Steps, clock: Any = perf_counter_ns) -> None:
         """Call ``index`` starts now: arm its timeout."""
@@ -283,17 +288,33 @@ class AsyncExecutor:
         assert self._loop is not None
         runner = _Runner(self, job)
         job.runners.append(runner)
+        job.running += 1
         runner.task = self._loop.create_task(self._work(runner))
         runner.task.add_done_callback(partial(_ended, runner))
+
+    def _grow(self, job: _Job) -> None:
+        """A call of ``job`` suspended: another worker task takes the next call, up to
+        the bound. Calls that never suspend (a cheap metric) run one after another in
+        one task, at no cost of tasks; calls that wait run side by side."""
+        if (
+            not job.cancelled
+            and job.next < len(job.calls)
+            and job.running < self.concurrency
+            and self._state == "open"
+        ):
+            self._start(job)
 
     async def _work(self, runner: _Runner, clock: Any = perf_counter_ns) -> None:
         """Run calls of ``runner``'s submit, claimed one at a time, each in a slot."""
         job = runner.job
         limiter = self._limiter
         assert limiter is not None
+        calls = len(job.calls)
         try:
             since = clock()
-            for index in job.claims:
+            while job.next < calls and not job.cancelled:
+                index = job.next
+                job.next += 1
                 await limiter.acquire()
                 runner.slot = True
                 try:
@@ -310,6 +331,8 @@ class AsyncExecutor:
         finally:
             if runner.abandoned:
                 self._abandoned.discard(runner)
+            else:
+                job.running -= 1
 
     async def _one(
         self, runner: _Runner, index: int, clock: Any = perf_counter_ns
@@ -324,6 +347,7 @@ class AsyncExecutor:
             else None
         )
         steps = Steps(self._looptime, call.example_id)
+        steps.on_suspend = runner.grow
         runner.begin(index, steps)
         self._busy += 1
         outcome: Outcome | None = None
@@ -369,6 +393,7 @@ class AsyncExecutor:
     def _abandon(self, runner: _Runner, clock: Any = perf_counter_ns) -> None:
         """On the loop: give up the call ``runner`` runs (it ignores its cancellation)."""
         runner.abandoned = True
+        runner.job.running -= 1
         self._abandoned.add(runner)
         self._abandoned_total += 1
         self._timeouts += 1
@@ -392,8 +417,7 @@ class AsyncExecutor:
         if not calls:
             return []
         job = _Job(calls, self._loop)
-        for _ in range(min(len(calls), self.concurrency)):
-            self._start(job)
+        self._start(job)  # more start as calls suspend (_grow)
         watch = self._watch
         if watch is not None:
             watch.wake()
