@@ -178,15 +178,27 @@ class ThreadContext:
     sets it into its context variable once (:meth:`SyncInvoker.enter`); each call then
     changes three attributes, instead of building a frozen context and setting and
     resetting the variable, which costs more than an exact-match metric.
+
+    With ``private`` (a thread of the engine's process), :attr:`observation` hands out a
+    copy at each read, made only when the call reads it (most calls never do): a call
+    that forces a field of what it got changes its copy, not the engine's record nor the
+    next call's view.
     """
 
-    __slots__ = ("example_id", "llm", "observation", "stage")
+    __slots__ = ("_observation", "example_id", "llm", "private", "stage")
 
-    def __init__(self, stage: Stage) -> None:
+    def __init__(self, stage: Stage, *, private: bool = False) -> None:
         self.example_id: Any = None
         self.stage: Stage = stage
-        self.observation: Observation | None = None
+        self._observation: Observation | None = None
         self.llm: Any = None
+        self.private = private
+
+    @property
+    def observation(self) -> Observation | None:
+        if self.private:
+            return _own_observation(self._observation)
+        return self._observation
 
 
 def _own_observation(observation: Observation | None) -> Observation | None:
@@ -224,7 +236,7 @@ class SyncInvoker:
         self._fn = fn.fn
         self._three = fn.arity == 3
         self._private = private
-        self._ctx = ThreadContext(stage)
+        self._ctx = ThreadContext(stage, private=private)
         #: ``invoke(call, bridge, started) -> Outcome`` for this stage's call struct.
         self.invoke: Callable[[Any, LLMBridge | None, int], Outcome] = (
             self._invoke_score if stage == "score" else self._invoke_run
@@ -249,13 +261,11 @@ class SyncInvoker:
         ctx = self._ctx
         ctx.example_id = example_id
         ctx.llm = bridge
+        ctx._observation = observation
         if self._private:
-            ctx.observation = _own_observation(observation)
             input, output = private_copy(input), private_copy(output)
             expected = private_copy(expected)
             started = clock()  # the copies are the engine's work, not the call's time
-        else:
-            ctx.observation = observation
         try:
             raw = self._fn(input, output, expected) if self._three else self._fn(input, output)
         except (Exception, SystemExit) as exc:
@@ -281,7 +291,7 @@ class SyncInvoker:
         """Call ``run`` on one example; its return value is the output, whatever it is."""
         ctx = self._ctx
         ctx.example_id = example_id
-        ctx.observation = None
+        ctx._observation = None
         ctx.llm = bridge
         if self._private:
             artifact, input = private_artifact(artifact), private_copy(input)

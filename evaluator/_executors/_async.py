@@ -1,10 +1,11 @@
 """The async executor: ``async def`` user functions awaited on the event loop.
 
-At most ``concurrency`` calls run at once (a semaphore), in at most that many worker
-tasks per submit, each claiming calls one at a time: a submit of thousands of calls
-neither creates thousands of tasks waiting for a slot (cancelling them stalled the loop)
-nor pays a task per call. The submitting task only waits: a call that will not end can
-then be given up without giving up its caller.
+At most ``concurrency`` calls run at once (a semaphore). A submit starts one worker task,
+which claims calls one at a time, and another each time a call suspends, up to that
+bound: cheap calls that never suspend run one after another in one task, calls that wait
+run side by side, and a submit of thousands neither creates thousands of tasks waiting
+for a slot (cancelling them stalled the loop) nor pays a task per call. The submitting
+task only waits: a call that will not end can be given up without giving up its caller.
 
 What async user code can do to the loop, and what this executor does about it:
 

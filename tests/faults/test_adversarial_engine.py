@@ -838,10 +838,10 @@ import msgspec
 from evaluator._context import current
 
 def _tamper():
-    ctx = current()
+    obs = current().observation
     for name, value in (("duration_ms", 0.001), ("cost_usd", 123.0), ("notes", ("forged",))):
-        msgspec.structs.force_setattr(ctx.observation, name, value)
-    return ctx.observation.duration_ms
+        msgspec.structs.force_setattr(obs, name, value)
+    return obs.duration_ms
 
 def score(input, output, expected=None):
     return 1.0, {"feedback": "seen", "seen": _tamper()}
