@@ -14,15 +14,30 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from llm_client import ModelConfig
+from llm_client import ModelConfig, Redactor
 
 from ._context import Stage
+from ._report import ModelBudget
 from ._results import Observation, Usage
 
 if TYPE_CHECKING:
-    from llm_client import ModelClient
+    from llm_client import GovernorStatistics, ModelClient
 
-__all__ = ["Meter", "ModelRouter", "ModelStatistics", "Models"]
+__all__ = ["Meter", "ModelRouter", "ModelStatistics", "Models", "budget_source"]
+
+
+def budget_source(stats: GovernorStatistics) -> str:
+    """Where a governor's budget came from: "configured", "learned from headers",
+    "adaptive (429s)" or "none".
+
+    Hook: the governor is to say it itself (a ``budget_source`` field of its
+    statistics, once it learns limits from rate-limit headers and 429s); until then a
+    configured rpm or tpm is "configured", and no limit is "none".
+    """
+    source = getattr(stats, "budget_source", None)
+    if isinstance(source, str):
+        return source
+    return "configured" if stats.rpm is not None or stats.tpm is not None else "none"
 
 
 class Models(msgspec.Struct, frozen=True, kw_only=True):
@@ -154,6 +169,9 @@ class ModelRouter:
         self.judge_meters: dict[int, Meter] = {}
         self._totals = {"program": Meter(), "score": Meter()}
         self._failed = 0
+        # The second line of defence: a model call's exception enters the engine here,
+        # and leaves without any key the engine holds (the client redacts it already).
+        self._redact = Redactor()
 
     @property
     def has_program_model(self) -> bool:
@@ -176,6 +194,7 @@ class ModelRouter:
             for config in configs:
                 if config not in clients:  # one client per distinct configuration
                     clients[config] = await self._stack.enter_async_context(ModelClient(config))
+            self._redact = Redactor(c.api_key() for c in clients if c.api_key_env is not None)
             if self.models.program is not None:
                 self._program = clients[self.models.program]
             judge = self.models.judge
@@ -221,7 +240,10 @@ class ModelRouter:
             self._failed += 1
             meter.add_failure(exc)
             total.add_failure(exc)
-            raise
+            clean = self._redact.exception(exc)
+            if clean is exc:
+                raise
+            raise clean from None
         meter.add(completion)
         total.add(completion)
         return str(completion.text)
@@ -237,3 +259,24 @@ class ModelRouter:
             program_cost_usd=program.cost_usd,
             judge_cost_usd=judge.cost_usd,
         )
+
+    def budgets(self) -> tuple[ModelBudget, ...]:
+        """The rate budget in force for each model client (open), and where it came from."""
+        roles: dict[int, tuple[ModelClient, list[str]]] = {}
+        for role, client in (("program", self._program), ("judge", self._judge)):
+            if client is not None:
+                roles.setdefault(id(client), (client, []))[1].append(role)
+        budgets = []
+        for client, names in roles.values():
+            stats = client.statistics()
+            budgets.append(
+                ModelBudget(
+                    model=client.config.model,
+                    roles=tuple(names),
+                    max_concurrency=stats.max_concurrency,
+                    rpm=stats.rpm,
+                    tpm=stats.tpm,
+                    source=budget_source(stats),
+                )
+            )
+        return tuple(budgets)

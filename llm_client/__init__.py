@@ -17,6 +17,7 @@ from ._exceptions import ModelConfigError as ModelConfigError
 from ._exceptions import RequestTooLargeError as RequestTooLargeError
 from ._governor import GovernorStatistics as GovernorStatistics
 from ._governor import RateGovernor as RateGovernor
+from ._redact import Redactor as Redactor
 from ._retry import RetryDetails as RetryDetails
 from ._simulator import ModelSettings as ModelSettings
 from ._simulator import Simulator as Simulator
@@ -46,6 +47,7 @@ __all__ = [
     "ModelConfigError",
     "ModelSettings",
     "RateGovernor",
+    "Redactor",
     "RequestTooLargeError",
     "RetryDetails",
     "Simulator",

@@ -13,7 +13,14 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 @pytest.mark.parametrize(
     "name",
-    ["bench_cpu.py", "bench_dspy_judge.py", "bench_faults.py", "bench_llm.py", "bench_pipeline.py"],
+    [
+        "bench_cpu.py",
+        "bench_dspy_judge.py",
+        "bench_e2e.py",
+        "bench_faults.py",
+        "bench_llm.py",
+        "bench_pipeline.py",
+    ],
 )
 def test_benchmark_smoke(name: str) -> None:
     """`python benchmarks/NAME --smoke` exits 0 and prints at least one ratio."""

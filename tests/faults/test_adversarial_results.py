@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evaluator._fileerrors import (
+from evaluator._exceptions import (
     NotAResultsFile,
     ResultsFileError,
     ResultsLocked,
