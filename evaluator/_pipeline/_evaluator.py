@@ -352,7 +352,7 @@ class Evaluator:
 
     def build_report(self, builder: ReportBuilder) -> Report:
         """``builder``'s report, with how this Evaluator ran: each stage's executor and
-        why, the model budgets in force, the threads abandoned."""
+        why, the model budgets in force, the threads and async calls abandoned."""
         return builder.build(
             abandoned_threads=self._abandoned(),
             abandoned_tasks=self._abandoned_tasks(),
