@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import msgspec
 
@@ -174,6 +174,8 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     rate_limited: int
     retries: int
     abandoned_threads: int = 0
+    abandoned_tasks: int = 0
+    """Async calls given up after ignoring their cancellation past the timeout."""
     resumed: int = 0
     executors: tuple[StageExecution, ...] = ()
     model_budgets: tuple[ModelBudget, ...] = ()
@@ -254,7 +256,8 @@ class ReportBuilder:
         self.rate_limited = 0
         self.retries = 0
         self.resumed = 0
-        self._started = time.perf_counter()
+        self._started = 0.0
+        self.restart_clock()
         self._first_new: float | None = None
         self._new = 0
 
@@ -325,22 +328,27 @@ class ReportBuilder:
         for result in results:
             add(result, resumed=resumed)
 
-    def restart_clock(self) -> None:
+    # The clock is a default argument, bound when the engine is imported: user code in the
+    # engine's process that patches time.perf_counter does not change a run's wall time.
+
+    def restart_clock(self, clock: Callable[[], float] = time.perf_counter) -> None:
         """Measure wall time and throughput from now (after a contract check, say)."""
-        self._started = time.perf_counter()
+        self._started = clock()
 
     def build(
         self,
         *,
         abandoned_threads: int = 0,
+        abandoned_tasks: int = 0,
         wall_s: float | None = None,
         executors: tuple[StageExecution, ...] = (),
         model_budgets: tuple[ModelBudget, ...] = (),
         cluster: ClusterSummary | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> Report:
         """The report of what was added so far; ``executors`` and ``model_budgets`` say
         how the engine ran (``Evaluator.build_report`` passes them)."""
-        wall = time.perf_counter() - self._started if wall_s is None else wall_s
+        wall = clock() - self._started if wall_s is None else wall_s
         named = {
             name: NamedScore(total / count, int(count))
             for name, (total, count) in sorted(self._named.items())
@@ -376,6 +384,7 @@ class ReportBuilder:
             rate_limited=self.rate_limited,
             retries=self.retries,
             abandoned_threads=abandoned_threads,
+            abandoned_tasks=abandoned_tasks,
             resumed=self.resumed,
             executors=executors,
             model_budgets=model_budgets,
@@ -468,6 +477,8 @@ def _engine_rows(report: Report, option_flags: dict[str, str]) -> Rows:
         )
     if report.abandoned_threads:
         rows.append(("abandoned threads", f"{report.abandoned_threads:,}"))
+    if report.abandoned_tasks:
+        rows.append(("abandoned async calls", f"{report.abandoned_tasks:,}"))
     if report.cluster is not None:
         rows += _cluster_rows(report.cluster)
     return rows

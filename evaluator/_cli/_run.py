@@ -12,7 +12,8 @@ results are the run's own), then the rest, each result appended to ``--output`` 
 arrives.
 
 Exit 0 when the run completed (whatever the examples' errors); 1 when the contract check
-failed, or when the results file (or the ``--report`` page) could not be written, after
+failed, when the run has fewer results than examples (``check_result_count``), or when
+the results file (or the ``--report`` page) could not be written, after
 the report of what was written and how to resume; 130 on Ctrl-C and 143 on SIGTERM, after
 printing the report of what was done (the results already written are kept;
 ``--resume`` goes on from there).
@@ -47,6 +48,8 @@ from evaluator import (
     fingerprint_run,
     open_results,
 )
+from evaluator._executors._base import fit_workers
+from evaluator._pipeline._assembly import check_result_count
 
 from . import _loop
 from ._main import EXIT_FAILED, EXIT_OK
@@ -192,7 +195,7 @@ async def _main(
             options.program,
             timeout=options.timeout,
             program_timeout=options.program_timeout,
-            workers=options.workers,
+            workers=fit_workers(options.workers, plan.total),
             concurrency=options.concurrency,
             execution=options.execution,
             program_execution=options.program_execution,
@@ -224,6 +227,11 @@ async def _main(
         print(f"skynet-eval run: error: {ending.write_error}", file=sys.stderr)
     if ending.cancelled is not None:
         raise ending.cancelled  # the reports are out: let the stop go on to the loop starter
+    incomplete = check_result_count(plan.total, report.n)
+    if ending.write_error is None and incomplete is not None:
+        # Never exit 0 for a run with fewer results than examples.
+        print(f"skynet-eval run: error: {incomplete}", file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_OK if ending.write_error is None and page_ok else EXIT_FAILED
 
 

@@ -13,6 +13,7 @@ pipeline keeps that many busy, and never guesses it from the executor's kind.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, Self
@@ -26,12 +27,23 @@ from .._loader import UserFunction
 from .._options import validate_count, validate_ray_address, validate_timeout
 
 __all__ = [
+    "MAX_THREADS",
+    "PROCESSES_PER_CORE",
     "ExecutionKind",
     "Executor",
     "ExecutorOptions",
     "ExecutorStatistics",
     "check_executor",
+    "check_workers",
+    "fit_workers",
 ]
+
+#: Worker processes at most per core: each is a whole interpreter (tens of MB, a start-up
+#: of a third of a second), and more than a few per core only makes them queue for CPU.
+PROCESSES_PER_CORE = 8
+#: Threads at most: enough for a model-bound stage's concurrency, far from the point
+#: where the operating system refuses to start one.
+MAX_THREADS = 4096
 
 ExecutionKind = Literal["process", "thread", "async", "inline", "ray"]
 
@@ -141,3 +153,49 @@ def check_executor(fn: UserFunction, stage: Any, kind: ExecutionKind, timeout: A
             value=kind,
         )
     return validate_timeout(timeout, "timeout", upper=None)
+
+
+def check_workers(workers: Any, kind: ExecutionKind) -> int | None:
+    """``workers`` for an executor of ``kind``: a positive integer within the kind's
+    limit (or None, the executor's default).
+
+    An absurd count (``--workers 100000``) is refused with the limit named, before a
+    single process or thread starts.
+    """
+    count = validate_count(workers, "workers")
+    if count is None:
+        return None
+    if kind == "process":
+        cores = os.cpu_count() or 1
+        limit = PROCESSES_PER_CORE * cores
+        if count > limit:
+            raise ConfigError(
+                f"must be at most {limit} for worker processes ({PROCESSES_PER_CORE} per "
+                f"core, {cores} cores here), got {count}; each worker is a whole Python "
+                "interpreter: use fewer (the default is one per core), or threads for "
+                "code that waits on the network",
+                option="workers",
+                value=workers,
+            )
+    elif count > MAX_THREADS:
+        raise ConfigError(
+            f"must be at most {MAX_THREADS} threads, got {count}; use fewer",
+            option="workers",
+            value=workers,
+        )
+    return count
+
+
+def fit_workers(workers: int | None, examples: int) -> int | None:
+    """``workers`` for a run of ``examples`` known in advance (the command line): never
+    more than the examples can use, since a process pool starts all its interpreters at
+    once (a thread pool starts threads as calls need them).
+
+    A count above what worker processes allow is passed on unchanged, so that the
+    executor refuses the value the user gave (:func:`check_workers`), not a capped one.
+    """
+    if workers is None or isinstance(workers, bool) or not isinstance(workers, int):
+        return workers
+    if workers > PROCESSES_PER_CORE * (os.cpu_count() or 1):
+        return workers
+    return max(1, min(workers, examples))

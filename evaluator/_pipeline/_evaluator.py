@@ -27,6 +27,7 @@ from .._aio import shielded
 from .._calls import LLMHandler
 from .._context import Stage
 from .._exceptions import ConfigError
+from .._executors._async import AsyncExecutorStatistics
 from .._executors._base import Executor, ExecutorOptions
 from .._executors._factory import open_executor
 from .._executors._threads import ThreadExecutorStatistics
@@ -73,6 +74,7 @@ class EvaluatorStatistics(msgspec.Struct, frozen=True, kw_only=True):
     program: Any
     models: ModelStatistics
     abandoned_threads: int
+    abandoned_tasks: int = 0
     executors: tuple[StageExecution, ...] = ()
     """Where each stage ran, how many calls at once, and why (empty until opened)."""
     model_budgets: tuple[ModelBudget, ...] = ()
@@ -377,9 +379,10 @@ class Evaluator:
 
     def build_report(self, builder: ReportBuilder) -> Report:
         """``builder``'s report, with how this Evaluator ran: each stage's executor and
-        why, the model budgets in force, the threads abandoned."""
+        why, the model budgets in force, the threads and async calls abandoned."""
         return builder.build(
             abandoned_threads=self._abandoned(),
+            abandoned_tasks=self._abandoned_tasks(),
             executors=self._executors(),
             model_budgets=self._budgets(),
             cluster=self._cluster(),
@@ -407,6 +410,7 @@ class Evaluator:
             program=flow.program.statistics() if flow.program is not None else None,
             models=router.statistics() if router is not None else ModelStatistics(),
             abandoned_threads=self._abandoned(),
+            abandoned_tasks=self._abandoned_tasks(),
             executors=self._executors(),
             model_budgets=self._budgets(),
             cluster=self._cluster(),
@@ -453,6 +457,13 @@ class Evaluator:
                 if isinstance(stats, ThreadExecutorStatistics):
                     total += stats.abandoned_threads
         return total
+
+    def _abandoned_tasks(self) -> int:
+        return sum(
+            stats.abandoned_tasks
+            for ex in (self._flow.metric, self._flow.program)
+            if ex is not None and isinstance(stats := ex.statistics(), AsyncExecutorStatistics)
+        )
 
 
 async def _close(streams: set[asyncio.Task[None]], stack: contextlib.AsyncExitStack | None) -> None:

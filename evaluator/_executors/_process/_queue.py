@@ -72,12 +72,12 @@ class Job:
         if self.remaining <= 0:
             self.on_done()
 
-    def fail(self, error: ErrorInfo) -> None:
+    def fail(self, error: ErrorInfo, clock: Any = perf_counter_ns) -> None:
         """Give every call still without an outcome ``error``, and finish the job."""
         if self.cancelled:
             return
         self.cancelled = True  # no outcome may land in a list already handed back
-        now = perf_counter_ns()
+        now = clock()
         results = self.results
         for i, value in enumerate(results):
             if value is None:
@@ -247,10 +247,12 @@ class WorkQueue:
             offset = end
         return out
 
-    def requeue(self, segments: list[Segment], *, count: bool = True) -> None:
+    def requeue(
+        self, segments: list[Segment], *, count: bool = True, clock: Any = perf_counter_ns
+    ) -> None:
         """Put segments back at the front of the queue, failing those tried too often."""
         kept: list[Segment] = []
-        now = perf_counter_ns()
+        now = clock()
         for seg in segments:
             job, lo, hi, attempts = seg
             if job.cancelled:
@@ -304,14 +306,18 @@ class WorkQueue:
         return blamed
 
     def reject(
-        self, segments: list[Segment], why: Callable[[Call], ErrorInfo | None], error: ErrorInfo
+        self,
+        segments: list[Segment],
+        why: Callable[[Call], ErrorInfo | None],
+        error: ErrorInfo,
+        clock: Any = perf_counter_ns,
     ) -> None:
         """A batch of ``segments`` could not be sent: fail the calls ``why`` names (it
         returns None for a call that can travel) and queue the others again; if every
         call could travel alone, fail them all with ``error`` rather than retry the same
         batch for ever."""
         keep: list[Segment] = []
-        now = perf_counter_ns()
+        now = clock()
         for job, lo, hi, attempts in segments:
             for i in range(lo, hi):
                 problem = why(job.calls[i])
