@@ -93,6 +93,7 @@ _SIMULATED_MODEL_FIELDS: dict[str, type[float] | type[int]] = {
     "latency_ms": float,
     "jitter_ms": float,
     "noise": float,
+    "flip_rate": float,
     "reasoning_tokens": int,
 }
 
@@ -746,10 +747,17 @@ class SimulatorOptions:
             action="append",
             type=simulated_model,
             default=[],
-            metavar="NAME[:latency_ms=..,jitter_ms=..,noise=..,reasoning_tokens=..]",
+            metavar="NAME[:latency_ms=..,jitter_ms=..,noise=..,flip_rate=..,reasoning_tokens=..]",
             help="serve this model (repeatable); when given, other model names get 404",
         )
         p.add_argument("--api-key", default=None, help="require this bearer key (default: none)")
+        p.add_argument(
+            "--no-rate-limit-headers",
+            dest="rate_limit_headers",
+            action="store_false",
+            help="answer 429s bare and send no x-ratelimit-* headers (a server that gives "
+            "no hints, to measure a client's adaptation)",
+        )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Self:
@@ -772,6 +780,7 @@ class SimulatorOptions:
             pass_rate=args.pass_rate,
             models={name: ModelSettings(**kw) for name, kw in args.models},
             api_key=args.api_key,
+            rate_limit_headers=args.rate_limit_headers,
             **faults,
         )
         return cls(config=config)
