@@ -34,9 +34,9 @@ from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # dspy: no network at import
 
-from evaluator._calls import Call
+from evaluator._calls import ScoreCall
+from evaluator._executors._process._executor import ProcessExecutor
 from evaluator._loader import load_function
-from evaluator._process import ProcessExecutor
 
 CPU_METRIC = """
 LOOPS = {loops}
@@ -175,7 +175,7 @@ async def engine(
     metric: Path, rows: list[Any], workers: int, warm_rows: int
 ) -> tuple[float, float, float, Any]:
     fn = load_function(metric, "score")
-    calls = [Call(i, i, *row) for i, row in enumerate(rows)]
+    calls = [ScoreCall(i, i, *row) for i, row in enumerate(rows)]
     start = time.perf_counter()
     async with ProcessExecutor(fn, "score", timeout=60, workers=workers) as ex:
         await ex.submit(calls[:warm_rows])

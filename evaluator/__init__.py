@@ -2,49 +2,102 @@
 
 The optimizer integrations are the submodules ``evaluator.dspy`` and ``evaluator.gepa``
 (imported on demand, so ``import evaluator`` never imports dspy or gepa).
+
+Names are imported when first used (a module ``__getattr__``): ``import evaluator``
+costs nothing, and a worker process, which imports a few of the engine's modules,
+never runs the whole engine's imports. Type checkers read the explicit re-exports below.
 """
 
-from ._check import CheckStep as CheckStep
-from ._check import ContractReport as ContractReport
-from ._check import check_contract as check_contract
-from ._contract import validate_return as validate_return
-from ._dataset import Example as Example
-from ._dataset import load_examples as load_examples
-from ._exceptions import ConfigError as ConfigError
-from ._exceptions import ContractError as ContractError
-from ._exceptions import DatasetError as DatasetError
-from ._exceptions import EvaluationError as EvaluationError
-from ._exceptions import InvalidReturn as InvalidReturn
-from ._exceptions import OutsideCallError as OutsideCallError
-from ._judges import JudgeRow as JudgeRow
-from ._judges import JudgesReport as JudgesReport
-from ._judges import compare_judges as compare_judges
-from ._loader import UserFunction as UserFunction
-from ._loader import load_metric as load_metric
-from ._loader import load_program as load_program
-from ._models import Models as Models
-from ._models import ModelStatistics as ModelStatistics
-from ._pipeline import Evaluator as Evaluator
-from ._pipeline import EvaluatorStatistics as EvaluatorStatistics
-from ._pipeline import ResultStream as ResultStream
-from ._report import Latency as Latency
-from ._report import NamedScore as NamedScore
-from ._report import Report as Report
-from ._report import ReportBuilder as ReportBuilder
-from ._report_html import Comparison as Comparison
-from ._report_html import ResultsFileError as ResultsFileError
-from ._report_html import compare_results as compare_results
-from ._report_html import load_results_file as load_results_file
-from ._report_html import write_html_report as write_html_report
-from ._results import ERROR_KINDS as ERROR_KINDS
-from ._results import ErrorInfo as ErrorInfo
-from ._results import Observation as Observation
-from ._results import Result as Result
-from ._results import Scored as Scored
-from ._results import Usage as Usage
-from ._store import ResultsWriter as ResultsWriter
-from ._store import ResumeWarning as ResumeWarning
-from ._store import read_results as read_results
+import importlib
+import typing
+
+if typing.TYPE_CHECKING:
+    from ._check import CheckStep as CheckStep
+    from ._check import ContractReport as ContractReport
+    from ._check import check_contract as check_contract
+    from ._contract import validate_return as validate_return
+    from ._dataset import Example as Example
+    from ._dataset import load_examples as load_examples
+    from ._exceptions import ConfigError as ConfigError
+    from ._exceptions import ContractError as ContractError
+    from ._exceptions import DatasetError as DatasetError
+    from ._exceptions import EvaluationError as EvaluationError
+    from ._exceptions import InvalidReturn as InvalidReturn
+    from ._exceptions import OutsideCallError as OutsideCallError
+    from ._judges import JudgeRow as JudgeRow
+    from ._judges import JudgesReport as JudgesReport
+    from ._judges import compare_judges as compare_judges
+    from ._loader import UserFunction as UserFunction
+    from ._loader import load_metric as load_metric
+    from ._loader import load_program as load_program
+    from ._models import Models as Models
+    from ._models import ModelStatistics as ModelStatistics
+    from ._pipeline import Evaluator as Evaluator
+    from ._pipeline import EvaluatorStatistics as EvaluatorStatistics
+    from ._pipeline import ResultStream as ResultStream
+    from ._report import Latency as Latency
+    from ._report import NamedScore as NamedScore
+    from ._report import Report as Report
+    from ._report import ReportBuilder as ReportBuilder
+    from ._report_html import Comparison as Comparison
+    from ._report_html import ResultsFileError as ResultsFileError
+    from ._report_html import compare_results as compare_results
+    from ._report_html import load_results_file as load_results_file
+    from ._report_html import write_html_report as write_html_report
+    from ._results import ERROR_KINDS as ERROR_KINDS
+    from ._results import ErrorInfo as ErrorInfo
+    from ._results import Observation as Observation
+    from ._results import Result as Result
+    from ._results import Scored as Scored
+    from ._results import Usage as Usage
+    from ._store import ResultsWriter as ResultsWriter
+    from ._store import ResumeWarning as ResumeWarning
+    from ._store import read_results as read_results
+
+#: Where each public name lives.
+_WHERE = {
+    "CheckStep": "._check",
+    "ContractReport": "._check",
+    "check_contract": "._check",
+    "validate_return": "._contract",
+    "Example": "._dataset",
+    "load_examples": "._dataset",
+    "ConfigError": "._exceptions",
+    "ContractError": "._exceptions",
+    "DatasetError": "._exceptions",
+    "EvaluationError": "._exceptions",
+    "InvalidReturn": "._exceptions",
+    "OutsideCallError": "._exceptions",
+    "JudgeRow": "._judges",
+    "JudgesReport": "._judges",
+    "compare_judges": "._judges",
+    "UserFunction": "._loader",
+    "load_metric": "._loader",
+    "load_program": "._loader",
+    "Models": "._models",
+    "ModelStatistics": "._models",
+    "Evaluator": "._pipeline",
+    "EvaluatorStatistics": "._pipeline",
+    "ResultStream": "._pipeline",
+    "Latency": "._report",
+    "NamedScore": "._report",
+    "Report": "._report",
+    "ReportBuilder": "._report",
+    "Comparison": "._report_html",
+    "ResultsFileError": "._report_html",
+    "compare_results": "._report_html",
+    "load_results_file": "._report_html",
+    "write_html_report": "._report_html",
+    "ERROR_KINDS": "._results",
+    "ErrorInfo": "._results",
+    "Observation": "._results",
+    "Result": "._results",
+    "Scored": "._results",
+    "Usage": "._results",
+    "ResultsWriter": "._store",
+    "ResumeWarning": "._store",
+    "read_results": "._store",
+}
 
 __all__ = [
     "ERROR_KINDS",
@@ -89,3 +142,16 @@ __all__ = [
     "validate_return",
     "write_html_report",
 ]
+
+
+def __getattr__(name: str) -> object:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(where, __name__), name)
+    globals()[name] = value  # once imported, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

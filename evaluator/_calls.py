@@ -1,21 +1,24 @@
-"""One user call, the same in every executor: set the context, time it, classify failure.
+"""One user call, the same in every executor: what it carries, how it runs, what it gives.
 
 Executors differ only in *where* calls run (the loop, a thread, a worker process): a sync
-call is :class:`SyncInvoker` (one per thread), an async call :func:`invoke_async`; what a
-call is, what it returns and how a failure is named is defined once, here.
+call is :class:`SyncInvoker` (one per thread or worker), an async call
+:func:`invoke_async`. What a call is (:class:`RunCall`, :class:`ScoreCall`), what it
+returns (:class:`Outcome`) and how it is timed is defined once, here; how a failure is
+named is :mod:`evaluator._failures`.
+
+A worker process imports this module at boot, so it imports no event loop machinery.
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextvars
 from collections.abc import Callable, Coroutine
 from time import perf_counter_ns
-from typing import Any, Literal, cast
+from typing import Any, ClassVar, TypeAlias, cast
 
 import msgspec
 
+from . import _failures as failures
 from ._context import CallContext, LLMBridge, Stage, _current
 from ._contract import validate_return
 from ._exceptions import InvalidReturn
@@ -25,8 +28,9 @@ from ._results import ErrorInfo, Observation
 __all__ = [
     "Call",
     "LLMHandler",
-    "LoopBridge",
     "Outcome",
+    "RunCall",
+    "ScoreCall",
     "SyncInvoker",
     "ThreadContext",
     "invoke_async",
@@ -42,42 +46,61 @@ _clock = perf_counter_ns
 LLMHandler = Callable[[int, Stage, str, "str | None", dict[str, Any]], Coroutine[Any, Any, str]]
 
 
-class Call(msgspec.Struct, array_like=True, frozen=True, gc=False):
-    """One call of the user's function on one example.
+# Both call structs are ``array_like`` (they cross to worker processes as plain rows, see
+# ``_process/_wire.py``), frozen, and ``gc=False``: their fields hold the example's data
+# and the user's values, all built before the call, so a call cannot be part of a
+# reference cycle, and a tracked object per example in flight promoted enough of them to
+# trigger full collections. The pipeline builds them positionally, in field order.
+
+
+class RunCall(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """One call of the program's ``run(artifact, input)`` on one example.
 
     ``token`` is unique among the calls in flight in one ``Evaluator`` (example ids are
     not: two concurrent evaluations may share ids); model usage is attributed by it.
-    ``first``, ``second`` and ``third`` are the positional arguments (see :attr:`args`):
-    ``(artifact, input)`` for ``run`` (``third`` unset) and ``(input, output,
-    expected)`` for ``score``; ``observation`` is what the metric reads through
-    ``skynet.observation()``.
-
-    Three fields rather than one tuple: a tuple that holds dicts is tracked by the cyclic
-    garbage collector for as long as it lives, and one per example in flight promoted
-    enough of them to trigger full collections. ``gc=False`` (as for ``Outcome`` and the
-    structs of ``_results``): its fields hold the example's data and the user's values,
-    all built before it, so it cannot be part of a reference cycle.
     """
 
     token: int
     example_id: Any
-    first: Any
-    second: Any
-    third: Any = msgspec.UNSET
+    artifact: Any
+    input: Any
+
+    #: A program call reads no observation (``skynet.observation()`` is the metric's).
+    observation: ClassVar[None] = None
+
+    def arguments(self, arity: int) -> tuple[Any, ...]:
+        """The positional arguments of ``run``."""
+        return (self.artifact, self.input)
+
+
+class ScoreCall(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """One call of the metric's ``score(input, output, expected)`` on one example.
+
+    ``observation`` is what the metric reads through ``skynet.observation()``: the
+    program's measurements, or a score-only run's "not measured" notes.
+    """
+
+    token: int
+    example_id: Any
+    input: Any
+    output: Any
+    expected: Any = None
     observation: Observation | None = None
 
-    @property
-    def args(self) -> tuple[Any, ...]:
-        """The positional arguments: two for ``run``, three for ``score``."""
-        if self.third is msgspec.UNSET:
-            return (self.first, self.second)
-        return (self.first, self.second, self.third)
+    def arguments(self, arity: int) -> tuple[Any, ...]:
+        """The positional arguments of ``score``: three, or two for ``score(input, output)``."""
+        if arity == 3:
+            return (self.input, self.output, self.expected)
+        return (self.input, self.output)
+
+
+Call: TypeAlias = RunCall | ScoreCall
 
 
 class Outcome(msgspec.Struct, array_like=True, gc=False):
     """What one call produced: a value (the output, or a ``Scored``) or an error.
 
-    ``gc=False``: see :class:`Call`; ``value`` is the user's output or a ``Scored``,
+    ``gc=False``: see the call structs; ``value`` is the user's output or a ``Scored``,
     both built before the outcome.
     """
 
@@ -91,53 +114,17 @@ class Outcome(msgspec.Struct, array_like=True, gc=False):
         return (self.ended_ns - self.started_ns) / 1e6
 
 
-def _error_kind(stage: Stage, exc: BaseException) -> str:
-    from llm_client import LLMError
-
-    if isinstance(exc, LLMError):
-        return "llm_error"
-    if isinstance(exc, InvalidReturn):
-        return "invalid_return"
-    return "program_error" if stage == "run" else "metric_error"
-
-
-_MAX_MESSAGE = 500
-
-
-def _describe(exc: BaseException, fn: UserFunction) -> str:
-    """``score raised ValueError: ... (at metric.py:12)``: what, and where in the user's file."""
-    if isinstance(exc, InvalidReturn):
-        return str(exc)
-    if isinstance(exc, SystemExit):
-        return f"`{fn.name}` called exit({exc.code!r})"
-    text = str(exc)
-    if len(text) > _MAX_MESSAGE:
-        text = text[: _MAX_MESSAGE - 3] + "..."
-    where = ""
-    tb = exc.__traceback__
-    user_file = str(fn.path)
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename == user_file:
-            where = f" (at {fn.path.name}:{tb.tb_lineno})"
-        tb = tb.tb_next
-    message = f"`{fn.name}` raised {type(exc).__name__}"
-    return f"{message}: {text}{where}" if text else message + where
-
-
 def _failed(fn: UserFunction, stage: Stage, exc: BaseException, started: int) -> Outcome:
     """The outcome of a call that raised ``exc``."""
     ended = _clock()
-    try:
-        error = ErrorInfo(_error_kind(stage, exc), _describe(exc, fn))
-    except Exception:  # an exception whose __str__ raises
-        error = ErrorInfo(_error_kind(stage, exc), f"`{fn.name}` raised {type(exc).__name__}")
+    error = failures.raised(fn, stage, exc)
     # Drop the traceback: it holds the user's frames (their locals, the call's arguments)
     # in a reference cycle that only the cyclic collector could free.
     exc.__traceback__ = None
     return Outcome(None, error, started, ended)
 
 
-def _finish(fn: UserFunction, stage: Stage, call: Call, raw: Any, started: int) -> Outcome:
+def _settle(fn: UserFunction, stage: Stage, call: Call, raw: Any, started: int) -> Outcome:
     """The outcome of a call that returned ``raw``: checked against the contract for ``score``."""
     ended = _clock()
     if stage == "run":
@@ -145,7 +132,7 @@ def _finish(fn: UserFunction, stage: Stage, call: Call, raw: Any, started: int) 
     try:
         scored = validate_return(raw, call.example_id)
     except InvalidReturn as exc:
-        return Outcome(None, ErrorInfo("invalid_return", str(exc)), started, ended)
+        return Outcome(None, failures.invalid_return(exc), started, ended)
     except Exception as exc:  # a returned object whose inspection itself raises
         return _failed(fn, stage, exc, started)
     return Outcome(scored, None, started, ended)
@@ -173,59 +160,94 @@ class SyncInvoker:
     """Runs one sync user function, call after call, in one thread: *the* sync call.
 
     Every executor that runs sync user code (the thread pool, the inline thread, a
-    worker process) calls :meth:`run` per call, so what a call is, how it is timed
-    and how its failure is named is defined once. ``started`` is read by the caller
-    (which publishes it to its watchdog first) with :data:`_clock`.
+    worker process) calls it per call, so what a call is, how it is timed and how its
+    failure is named is defined once. :meth:`score` and :meth:`run` take a call's fields
+    (a worker process runs them straight from the received row, without building the
+    struct); :attr:`invoke` takes the struct and is the one matching the stage.
+    ``started`` is read by the caller (which publishes it to its watchdog first) with
+    :data:`_clock`.
 
     A user exception becomes the call's outcome (``SystemExit`` too); other
     ``BaseException`` s propagate, for the executor to handle.
     """
 
-    __slots__ = ("_arity", "_ctx", "_fn", "_scoring", "fn", "stage")
+    __slots__ = ("_ctx", "_fn", "_three", "fn", "invoke", "stage")
 
     def __init__(self, fn: UserFunction, stage: Stage) -> None:
         self.fn = fn
         self.stage: Stage = stage
         self._fn = fn.fn
-        self._arity = fn.arity
-        self._scoring = stage == "score"
+        self._three = fn.arity == 3
         self._ctx = ThreadContext(stage)
+        #: ``invoke(call, bridge, started) -> Outcome`` for this stage's call struct.
+        self.invoke: Callable[[Any, LLMBridge | None, int], Outcome] = (
+            self._invoke_score if stage == "score" else self._invoke_run
+        )
 
     def enter(self) -> contextvars.Token[CallContext | None]:
         """Make this invoker's context the current one, in the calling thread."""
         return _current.set(cast(CallContext, self._ctx))
 
-    def run(
+    def score(
         self,
         example_id: Any,
         observation: Observation | None,
-        first: Any,
-        second: Any,
-        third: Any,
+        input: Any,
+        output: Any,
+        expected: Any,
         bridge: LLMBridge | None,
         started: int,
     ) -> Outcome:
-        """The call of :class:`Call` ``(token, example_id, first, second, third,
-        observation)``, given as its fields: a worker process runs it straight from the
-        received row, without building the struct."""
+        """Call ``score`` on one example and check its return value against the contract."""
         ctx = self._ctx
         ctx.example_id = example_id
         ctx.observation = observation
         ctx.llm = bridge
         try:
-            raw = self._fn(first, second, third) if self._arity == 3 else self._fn(first, second)
+            raw = self._fn(input, output, expected) if self._three else self._fn(input, output)
         except (Exception, SystemExit) as exc:
             return _failed(self.fn, self.stage, exc, started)
         ended = _clock()
-        if not self._scoring:
-            return Outcome(raw, None, started, ended)
         try:
             scored = validate_return(raw, example_id)
         except InvalidReturn as exc:
-            return Outcome(None, ErrorInfo("invalid_return", str(exc)), started, ended)
+            return Outcome(None, failures.invalid_return(exc), started, ended)
         except Exception as exc:  # a returned object whose inspection itself raises
             return _failed(self.fn, self.stage, exc, started)
         return Outcome(scored, None, started, ended)
+
+    def run(
+        self, example_id: Any, artifact: Any, input: Any, bridge: LLMBridge | None, started: int
+    ) -> Outcome:
+        """Call ``run`` on one example; its return value is the output, whatever it is."""
+        ctx = self._ctx
+        ctx.example_id = example_id
+        ctx.observation = None
+        ctx.llm = bridge
+        try:
+            raw = self._fn(artifact, input)
+        except (Exception, SystemExit) as exc:
+            return _failed(self.fn, self.stage, exc, started)
+        return Outcome(raw, None, started, _clock())
+
+    def _invoke_score(self, call: ScoreCall, bridge: LLMBridge | None, started: int) -> Outcome:
+        return self.score(
+            call.example_id,
+            call.observation,
+            call.input,
+            call.output,
+            call.expected,
+            bridge,
+            started,
+        )
+
+    def _invoke_run(self, call: RunCall, bridge: LLMBridge | None, started: int) -> Outcome:
+        return self.run(call.example_id, call.artifact, call.input, bridge, started)
+
+    def failed(self, exc: BaseException, started: int) -> Outcome:
+        """The outcome of a call that raised a ``BaseException`` past :meth:`score` or
+        :meth:`run` (``KeyboardInterrupt`` and such, from user code)."""
+        return _failed(self.fn, self.stage, exc, started)
 
 
 def invoke_sync(
@@ -238,15 +260,7 @@ def invoke_sync(
     invoker = SyncInvoker(fn, stage)
     token = invoker.enter()
     try:
-        return invoker.run(
-            call.example_id,
-            call.observation,
-            call.first,
-            call.second,
-            call.third,
-            bridge,
-            _clock(),
-        )
+        return invoker.invoke(call, bridge, _clock())
     finally:
         _current.reset(token)
 
@@ -262,48 +276,9 @@ async def invoke_async(
     token = _current.set(CallContext(call.example_id, stage, call.observation, bridge))
     started = _clock()
     try:
-        if fn.arity == 3:
-            raw = await fn.fn(call.first, call.second, call.third)
-        else:
-            raw = await fn.fn(call.first, call.second)
+        raw = await fn.fn(*call.arguments(fn.arity))
     except (Exception, SystemExit) as exc:
         return _failed(fn, stage, exc, started)
     finally:
         _current.reset(token)
-    return _finish(fn, stage, call, raw, started)
-
-
-class LoopBridge:
-    """``skynet.llm`` for calls running in the engine's process (loop, thread, inline).
-
-    A sync call from a thread hops onto the engine's loop and blocks only its own thread;
-    an async call is awaited directly.
-    """
-
-    __slots__ = ("_handler", "_loop", "_stage", "_token")
-
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, handler: LLMHandler, token: int, stage: Stage
-    ) -> None:
-        self._loop = loop
-        self._handler = handler
-        self._token = token
-        self._stage: Literal["run", "score"] = stage
-
-    def call(self, instruction: str, input: str | None, options: dict[str, Any]) -> str:
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self._loop:
-            raise RuntimeError(
-                "skynet.llm() would block the event loop here; in an `async def` function "
-                "use `await skynet.allm(...)`"
-            )
-        future: concurrent.futures.Future[str] = asyncio.run_coroutine_threadsafe(
-            self._handler(self._token, self._stage, instruction, input, options), self._loop
-        )
-        return future.result()
-
-    async def acall(self, instruction: str, input: str | None, options: dict[str, Any]) -> str:
-        return await self._handler(self._token, self._stage, instruction, input, options)
+    return _settle(fn, stage, call, raw, started)

@@ -1,4 +1,4 @@
-"""The contract check: the steps of ``CONTRACT.md`` run before any full evaluation.
+"""The contract check: the steps of ``docs/contract.md`` run before any full evaluation.
 
 Steps, in order: **Metric file**, **Metric signature**, **Reward spec** (when the module
 defines ``REWARD_SPEC``), **Program runs** (only when a program is given), **Metric
@@ -45,7 +45,7 @@ _PROGRAM_KINDS = frozenset({"program_error", "program_timeout"})
 
 
 class CheckStep(msgspec.Struct):
-    """One step of the check: its name as in CONTRACT.md, pass or fail, and why."""
+    """One step of the check: its name as in docs/contract.md, pass or fail, and why."""
 
     name: str
     ok: bool

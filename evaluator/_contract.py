@@ -1,4 +1,4 @@
-"""The metric return-value rules of ``CONTRACT.md``: one validator for every caller.
+"""The metric return-value rules of ``docs/contract.md``: one validator for every caller.
 
 The contract check, every example of a full run (in whatever executor) and the DSPy
 adapter all call :func:`validate_return`.
@@ -100,14 +100,37 @@ def validate_return(value: Any, example_id: Any = None) -> Scored:
 
 
 def _validate_slow(value: Any, example_id: Any) -> Scored:
-    if type(value) is not tuple and type(value) is not list:
-        if isinstance(value, (tuple, list)):
-            pass  # a subclass (a NamedTuple, say) is still a pair
-        else:
+    """The full validator: every shape rule in turn, each rejection worded for the user."""
+    raw_score, info = _pair(value, example_id)
+    score = _to_number(raw_score, "the score", example_id)
+    feedback = _feedback(info, example_id)
+    scores: dict[str, float] = {}
+    extra: dict[str, Any] = {}
+    for key, item in info.items():
+        if key == "feedback":
+            continue
+        if key == "scores":
+            scores = _named_scores(item, example_id)
+        elif not isinstance(key, str):
             raise InvalidReturn(
-                f"returned {short_repr(value)} ({type(value).__name__}), not a pair; {_PAIR_HINT}",
+                f"the info dict has a key of type {type(key).__name__} ({short_repr(key)}); "
+                "use str keys",
                 example_id=example_id,
             )
+        else:
+            extra[key] = item
+    if extra:
+        extra = _normalise_extra(extra)
+    return Scored(score, scores, str(feedback), extra)
+
+
+def _pair(value: Any, example_id: Any) -> tuple[Any, Any]:
+    """The two items of a pair (a tuple or a list, subclasses too), or why it is not one."""
+    if not isinstance(value, (tuple, list)):
+        raise InvalidReturn(
+            f"returned {short_repr(value)} ({type(value).__name__}), not a pair; {_PAIR_HINT}",
+            example_id=example_id,
+        )
     if len(value) != 2:
         raise InvalidReturn(
             f"returned a {type(value).__name__} of {len(value)} items "
@@ -115,8 +138,12 @@ def _validate_slow(value: Any, example_id: Any) -> Scored:
             example_id=example_id,
         )
     raw_score, info = value
-    score = _to_number(raw_score, "the score", example_id)
-    if type(info) is not dict and not isinstance(info, dict):
+    return raw_score, info
+
+
+def _feedback(info: Any, example_id: Any) -> str:
+    """The feedback of an info dict, or why the info is not a dict with a str feedback."""
+    if not isinstance(info, dict):
         raise InvalidReturn(
             f"the info is a {type(info).__name__} ({short_repr(info)}), not a dict; "
             'return (score, {"feedback": "..."})',
@@ -135,34 +162,24 @@ def _validate_slow(value: Any, example_id: Any) -> Scored:
             "return the feedback as text",
             example_id=example_id,
         )
+    return feedback
+
+
+def _named_scores(item: Any, example_id: Any) -> dict[str, float]:
+    """The ``scores`` of an info dict: str names to numbers."""
+    if not isinstance(item, dict):
+        raise InvalidReturn(
+            f"'scores' is a {type(item).__name__} ({short_repr(item)}), not a dict; "
+            'return "scores": {"name": number, ...}',
+            example_id=example_id,
+        )
     scores: dict[str, float] = {}
-    extra: dict[str, Any] = {}
-    for key, item in info.items():
-        if key == "feedback":
-            continue
-        if key == "scores":
-            if not isinstance(item, dict):
-                raise InvalidReturn(
-                    f"'scores' is a {type(item).__name__} ({short_repr(item)}), not a dict; "
-                    'return "scores": {"name": number, ...}',
-                    example_id=example_id,
-                )
-            for name, named in item.items():
-                if not isinstance(name, str):
-                    raise InvalidReturn(
-                        f"a key of 'scores' is a {type(name).__name__} ({short_repr(name)}); "
-                        "name each score with a str",
-                        example_id=example_id,
-                    )
-                scores[name] = _to_number(named, f"the named score {name!r}", example_id)
-        elif not isinstance(key, str):
+    for name, named in item.items():
+        if not isinstance(name, str):
             raise InvalidReturn(
-                f"the info dict has a key of type {type(key).__name__} ({short_repr(key)}); "
-                "use str keys",
+                f"a key of 'scores' is a {type(name).__name__} ({short_repr(name)}); "
+                "name each score with a str",
                 example_id=example_id,
             )
-        else:
-            extra[key] = item
-    if extra:
-        extra = _normalise_extra(extra)
-    return Scored(score, scores, str(feedback), extra)
+        scores[name] = _to_number(named, f"the named score {name!r}", example_id)
+    return scores

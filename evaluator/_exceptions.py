@@ -1,14 +1,24 @@
 """Exceptions raised by the evaluation engine.
 
 Every error a user can cause says what was wrong, where, and how to fix it; the data
-stays on the exception as attributes.
+stays on the exception as attributes, and every one pickles itself whole
+(``__reduce__``), so that it can cross from a worker process to the engine and back.
 
     EvaluationError
+    │   usage errors: the caller's mistake, raised at once, before or outside any call
     ├── ConfigError (ValueError)         a bad option: timeout out of range, unknown executor
     ├── DatasetError (ValueError)        a bad dataset row: file, line, problem
-    ├── ContractError                    a failed contract step: step, example id, message
-    │   └── InvalidReturn (TypeError)    the step "Metric return value"
-    └── OutsideCallError (RuntimeError)  observation() and friends used outside a call
+    ├── OutsideCallError (RuntimeError)  observation() and friends used outside a call
+    │   a call failed: the user's function broke the contract
+    └── ContractError                    a failed contract step: step, example id, message
+        └── InvalidReturn (TypeError)    the step "Metric return value"
+
+During a run a failed call is never raised: it becomes that example's ``ErrorInfo``,
+built in :mod:`evaluator._failures`, which names every failure kind and words its message.
+Only the contract check raises ``ContractError`` (and ``InvalidReturn`` is how the return
+value's validator reports to both). Model calls fail with ``llm_client.LLMError``; the
+model client's own usage errors (``ModelConfigError``, ``ClientClosedError``) are never
+labelled ``llm_error``.
 """
 
 from __future__ import annotations
@@ -76,12 +86,15 @@ class DatasetError(EvaluationError, ValueError):
             where = f"{where}:{line}"
         super().__init__(f"{where}: {problem}")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.path, self.line, self.problem))
+
 
 class ContractError(EvaluationError):
     """A step of the metric contract failed.
 
-    ``step`` is one of the step names of ``CONTRACT.md``; ``example_id`` is set for the
-    steps that run the metric on an example.
+    ``step`` is one of the step names of ``docs/contract.md``; ``example_id`` is set for
+    the steps that run the metric on an example.
     """
 
     def __init__(
@@ -105,6 +118,25 @@ class ContractError(EvaluationError):
             parts.append(f"{self.path}:{line}" if line is not None else self.path)
         super().__init__(": ".join([*parts, message]))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _contract_error,
+            (type(self), self.step, self.message, self.example_id, self.path, self.line),
+        )
+
+
+def _contract_error(
+    cls: type[ContractError],
+    step: str,
+    message: str,
+    example_id: Any,
+    path: str | None,
+    line: int | None,
+) -> ContractError:
+    if issubclass(cls, InvalidReturn):
+        return cls(message, example_id=example_id)
+    return cls(step, message, example_id=example_id, path=path, line=line)
+
 
 class InvalidReturn(ContractError, TypeError):
     """The metric's return value breaks the shape rules of the contract."""
@@ -122,3 +154,6 @@ class OutsideCallError(EvaluationError, RuntimeError):
             f"skynet.{name}() can only be called while the engine runs your metric's `score` "
             f"(or, for llm(), your program's `run`); it was called outside such a call"
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.name,))

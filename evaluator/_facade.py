@@ -107,7 +107,7 @@ def _measures_line(
 def reward(spec: Any, accuracy: float, feedback: str = "") -> tuple[float, dict[str, Any]]:
     """Blend ``accuracy`` with the engine's measured speed and cost into a metric's return.
 
-    ``spec`` is a ``REWARD_SPEC`` dict (see CONTRACT.md, "Accuracy, speed and cost");
+    ``spec`` is a ``REWARD_SPEC`` dict (see docs/contract.md, "Accuracy, speed and cost");
     ``accuracy`` a score from 0 to 1, or an error (lower is better) when the spec has an
     accuracy reference. Returns ``(score, {"feedback": ..., "scores": {"accuracy",
     "speed", "cost"}})``: the weighted sum, and the caller's feedback followed by one line

@@ -2,7 +2,7 @@
 
 A call from a program's ``run`` goes to the **program model**; a call from a metric's
 ``score`` goes to the **metric model**, or to the **reflection model** when no metric
-model is set (CONTRACT.md). Each reply's usage is added to the meter of the example
+model is set (``docs/contract.md``). Each reply's usage is added to the meter of the example
 that made it (by its call token), so the pipeline can build the program's
 :class:`Observation` and the judge's :class:`Usage` without any global state.
 """

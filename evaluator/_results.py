@@ -34,9 +34,12 @@ ERROR_KINDS: tuple[str, ...] = ErrorKind.__args__  # type: ignore[attr-defined]
 
 
 class ErrorInfo(msgspec.Struct, frozen=True, gc=False):
-    """Why an example has no valid score: the kind (see ``ERROR_KINDS``) and a message."""
+    """Why an example has no valid score: the kind (see ``ERROR_KINDS``) and a message.
 
-    kind: str
+    Built only by :mod:`evaluator._failures`, the one place that words each kind.
+    """
+
+    kind: ErrorKind
     message: str
 
 

@@ -1,4 +1,4 @@
-"""The return-value rules of CONTRACT.md, row by row and Decision by Decision."""
+"""The return-value rules of docs/contract.md, row by row and Decision by Decision."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def rejected(value: Any, example_id: Any = "q17") -> InvalidReturn:
 
 
 class TestContractTable:
-    """The seven rows of the table in CONTRACT.md."""
+    """The seven rows of the table in docs/contract.md."""
 
     def test_tuple_with_feedback(self) -> None:
         """A (score, {"feedback"}) tuple is valid."""
@@ -68,7 +68,7 @@ class TestContractTable:
 
 
 class TestDecisions:
-    """The Decisions CONTRACT.md takes where the page is silent."""
+    """The Decisions docs/contract.md takes where the page is silent."""
 
     def test_bool_score(self) -> None:
         """A bool is not a number here; the message says to return 1.0 or 0.0."""

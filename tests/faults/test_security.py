@@ -137,9 +137,9 @@ class TestMeasurements:
     ) -> None:
         """In a score-only run, a metric that force-sets fields of its observation on one
         example does not change what the next examples (or later runs) observe."""
-        from evaluator import _pipeline
+        from evaluator._pipeline import _assembly
 
-        saved = msgspec.structs.asdict(_pipeline._SCORE_ONLY)
+        saved = msgspec.structs.asdict(_assembly.SCORE_ONLY)
         metric = _write(tmp_path, "metric.py", TAMPER)
         try:
             async with Evaluator(metric, execution=execution, timeout=10) as ev:
@@ -156,7 +156,7 @@ class TestMeasurements:
         finally:
             # Undo the damage, if any, so other tests in this process are not affected.
             for name, value in saved.items():
-                msgspec.structs.force_setattr(_pipeline._SCORE_ONLY, name, value)
+                msgspec.structs.force_setattr(_assembly.SCORE_ONLY, name, value)
 
 
 # -- the API key --------------------------------------------------------------------------

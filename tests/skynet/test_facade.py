@@ -24,7 +24,7 @@ from evaluator._loader import load_metric
 from evaluator._results import Observation
 from reward import RewardSpecError
 
-# The page's reward example, verbatim from CONTRACT.md ("Accuracy, speed and cost").
+# The page's reward example, verbatim from docs/contract.md ("Accuracy, speed and cost").
 PAGE_METRIC = """\
 from skynet import reward
 

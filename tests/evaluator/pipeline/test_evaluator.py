@@ -23,7 +23,7 @@ from evaluator._loader import load_metric
 from evaluator._pipeline import Evaluator, choose_execution
 
 # User files shared by these tests, kept as real files in sources/ (see its README).
-SOURCES = Path(__file__).resolve().parent / "sources"
+SOURCES = Path(__file__).resolve().parents[1] / "sources"
 BEHAVIOURS = (SOURCES / "behaviours.py").read_text()  # behaviour chosen by input["kind"]
 ASYNC_BEHAVIOURS = (SOURCES / "async_behaviours.py").read_text()
 EXACT = (SOURCES / "exact.py").read_text()
@@ -333,7 +333,9 @@ class TestTimeoutsAndCleanup:
         leaves no task of ours and, once closed, no child process."""
         source = ASYNC_BEHAVIOURS if execution == "async" else BEHAVIOURS
         path = write(tmp_path, "m.py", source)
-        kinds = ["slow"] * 5000
+        # Enough 2 ms calls to outlast 0.3 s: the async executor runs 256 at once, so it
+        # gets through 5000 of them in well under 0.3 s.
+        kinds = ["slow"] * (50_000 if execution == "async" else 5000)
         before = asyncio.all_tasks()
         try:
             async with Evaluator(path, execution=execution, workers=2) as ev:
@@ -389,7 +391,7 @@ class TestStream:
                     if result.example_id >= 100:
                         break
             assert asyncio.all_tasks() <= before
-            assert ev._streams == set()
+            assert ev._flow.streams == set()
 
     async def test_memory_is_bounded(self, tmp_path: Path) -> None:
         """A slow consumer holds up the producer: examples in flight stay bounded."""

@@ -19,9 +19,10 @@ import psutil
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from evaluator._calls import Call, Outcome
+from evaluator._calls import Outcome, RunCall, ScoreCall
+from evaluator._exceptions import ConfigError
+from evaluator._executors._process._executor import ProcessExecutor, ProcessExecutorStatistics
 from evaluator._loader import UserFunction, load_function
-from evaluator._process import ProcessExecutor, ProcessExecutorStatistics
 from llm_client import LLMError
 
 # One metric file that behaves by the example's input: each mode exercises one way a
@@ -75,8 +76,8 @@ def chaos(tmp_path: Path) -> UserFunction:
     return load_function(_write(tmp_path, "metric.py", CHAOS), "score")
 
 
-def _call(i: int, mode: str = "ok", output: Any = "a", **extra: Any) -> Call:
-    return Call(i, f"ex{i}", {"mode": mode, "i": i, **extra}, output, {"answer": "a"})
+def _call(i: int, mode: str = "ok", output: Any = "a", **extra: Any) -> ScoreCall:
+    return ScoreCall(i, f"ex{i}", {"mode": mode, "i": i, **extra}, output, {"answer": "a"})
 
 
 def _kinds(outcomes: list[Outcome]) -> list[str]:
@@ -181,7 +182,9 @@ class TestProcessExecutor:
             outcomes = await ex.submit(calls)
             elapsed = time.monotonic() - started
             assert _kinds(outcomes) == ["ok"] * 20 + ["metric_timeout"] + ["ok"] * 20
-            assert "timeout of 1 s" in _message(outcomes[20])
+            # The same words as in every executor: the limit, the example and the fix.
+            assert "1 s timeout on example 'ex20'" in _message(outcomes[20])
+            assert "raise `timeout`" in _message(outcomes[20])
             assert 1.0 <= elapsed < 10
             stats = ex.statistics()
             assert (stats.timeouts, stats.restarts, stats.workers_alive) == (1, 1, 1)
@@ -205,7 +208,7 @@ class TestProcessExecutor:
         )
         fn = load_function(program, "run")
         async with ProcessExecutor(fn, "run", timeout=0.3, workers=1) as ex:
-            calls = [Call(i, i, "p", x) for i, x in enumerate(["a", "hang", "b"])]
+            calls = [RunCall(i, i, "p", x) for i, x in enumerate(["a", "hang", "b"])]
             outcomes = await ex.submit(calls)
         assert _kinds(outcomes) == ["ok", "program_timeout", "ok"]
         assert [outcomes[0].value, outcomes[2].value] == ["p:a", "p:b"]
@@ -449,12 +452,14 @@ class TestProcessExecutor:
                 pass
 
     def test_invalid_configuration(self, chaos: UserFunction) -> None:
-        """Bad parameters are refused at construction, naming the parameter."""
-        with pytest.raises(ValueError, match="`timeout`"):
+        """Bad parameters are refused at construction with a ConfigError naming the
+        parameter and carrying the value."""
+        with pytest.raises(ConfigError, match="`timeout`") as info:
             ProcessExecutor(chaos, "score", timeout=0)
-        with pytest.raises(ValueError, match="`workers`"):
+        assert (info.value.option, info.value.value) == ("timeout", 0)
+        with pytest.raises(ConfigError, match="`workers`"):
             ProcessExecutor(chaos, "score", timeout=1, workers=0)
-        with pytest.raises(ValueError, match="`max_calls_per_worker`"):
+        with pytest.raises(ConfigError, match="`max_calls_per_worker`"):
             ProcessExecutor(chaos, "score", timeout=1, max_calls_per_worker=0)
 
     def test_runs_under_uvloop(self, chaos: UserFunction) -> None:
@@ -471,16 +476,16 @@ class TestProcessExecutor:
 
 PARENT = """
 import asyncio, sys
-from evaluator._calls import Call
+from evaluator._calls import ScoreCall
 from evaluator._loader import load_function
-from evaluator._process import ProcessExecutor
+from evaluator._executors._process._executor import ProcessExecutor
 
 async def main():
     fn = load_function(sys.argv[1], "score")
     async with ProcessExecutor(fn, "score", timeout=60, workers=2) as ex:
-        call = Call(0, 0, {"mode": "hang", "i": 0, "marker": sys.argv[2]}, "a", None)
+        call = ScoreCall(0, 0, {"mode": "hang", "i": 0, "marker": sys.argv[2]}, "a", None)
         task = asyncio.create_task(ex.submit([call]))
-        await ex.submit([Call(1, 1, {"mode": "ok", "i": 1}, "a", {"answer": "a"})])
+        await ex.submit([ScoreCall(1, 1, {"mode": "ok", "i": 1}, "a", {"answer": "a"})])
         while not ex.statistics().spare_ready:
             await asyncio.sleep(0.01)
         print("ready", flush=True)

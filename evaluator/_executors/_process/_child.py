@@ -1,0 +1,340 @@
+"""The worker process: one user function, many calls; what runs on the other side.
+
+A worker is a fresh interpreter started by the pool (``_pool.py``) with ``python -c`` and
+this module's :func:`main`: spawn semantics, without re-importing the engine's
+``__main__``. Its boot imports only this module and the call layer (``evaluator``'s own
+``__init__`` imports lazily), then the user's file, once, by path. Then it loops: receive
+a batch of calls, run each with :class:`evaluator._calls.SyncInvoker` (the same call as
+in the engine's threads), send the outcomes back (``_wire.py`` has the protocol).
+
+The worker dies with the engine: ``PR_SET_PDEATHSIG`` on Linux (even when the engine is
+SIGKILLed, even while user code runs), and elsewhere a thread that waits for the
+engine's end of the socket to hang up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import pickle
+import select
+import signal
+import socket
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import replace
+from time import perf_counter_ns
+from typing import Any, NoReturn
+
+import msgspec
+
+from ... import _failures as failures
+from ..._calls import Outcome, SyncInvoker
+from ..._context import LLMBridge, Stage
+from ..._loader import UserFunction
+from ._relay import RelayBridge
+from ._wire import (
+    BATCH,
+    EXIT_FATAL,
+    EXIT_MEMORY,
+    FATAL,
+    FLUSH_NS,
+    HEADER,
+    INDEX,
+    KIND_PICKLE,
+    KIND_PICKLED_RESULT,
+    KIND_RESULT,
+    PICKLE_PROTOCOL,
+    READY,
+    RESULT_HEADER,
+    SEQ,
+    START,
+    STATE_SLOTS,
+    STOP,
+    ResultMsg,
+    WorkerInit,
+    control,
+)
+
+__all__ = ["main"]
+
+#: How much one ``recv`` of the worker asks for.
+_RECV_SIZE = 1 << 16
+
+
+class _MemoryLimitExceeded(BaseException):
+    """Raised through ``SyncInvoker`` (which catches only ``Exception``) when the user's
+    function hits ``MemoryError`` under the worker's memory limit."""
+
+
+class _Channel:
+    """The worker's end of its socket: blocking framed messages."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.backlog: deque[Any] = deque()  # messages that arrived during an llm wait
+        self._buf = bytearray()  # bytes received beyond the last whole message
+
+    def send(self, body: bytes, kind: int = KIND_PICKLE) -> None:
+        self.sock.sendall(HEADER.pack(len(body), kind) + body)
+
+    def _read_exact(self, view: memoryview) -> bool:
+        got = 0
+        while got < len(view):
+            n = self.sock.recv_into(view[got:])
+            if n == 0:
+                return False
+            got += n
+        return True
+
+    def recv(self) -> Any:
+        """The next message from the engine; exits the process when the engine is gone.
+
+        One ``recv`` usually brings a whole small message, header and body (a round trip
+        of an optimizer's minibatch is mostly system calls); a large body is read
+        straight into a buffer of its size.
+        """
+        if self.backlog:
+            return self.backlog.popleft()
+        try:
+            return pickle.loads(self._body())
+        except OSError:
+            _exit_quietly(0)
+
+    def _body(self) -> bytes | bytearray:
+        buf = self._buf
+        size = HEADER.size
+        while len(buf) < size:
+            data = self.sock.recv(_RECV_SIZE)
+            if not data:
+                _exit_quietly(0)
+            buf += data
+        length, _kind = HEADER.unpack_from(buf)
+        end = size + length
+        if len(buf) >= end:
+            body = bytes(buf[size:end])
+            del buf[:end]
+            return body
+        body_buf = bytearray(length)
+        have = len(buf) - size
+        body_buf[:have] = buf[size:]
+        buf.clear()
+        if not self._read_exact(memoryview(body_buf)[have:]):
+            _exit_quietly(0)
+        return body_buf
+
+
+def _exit_quietly(code: int) -> NoReturn:
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    # os._exit: a user's non-daemon thread or atexit hook must not keep a worker alive.
+    os._exit(code)
+
+
+def _die_with_parent(parent_pid: int, sock: socket.socket) -> None:
+    """Make this process end when the engine does, even if the engine is SIGKILLed."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            pr_set_pdeathsig = 1
+            if libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0) == 0:
+                if os.getppid() != parent_pid:  # the engine died before prctl took effect
+                    _exit_quietly(0)
+                return
+        except (OSError, AttributeError):
+            pass
+    # Elsewhere: wait, off the main thread, for the engine's end of the socket to close.
+    # poll() with no events still reports a hang-up and never consumes data.
+    if not hasattr(select, "poll"):
+        return
+
+    def watch() -> None:
+        poller = select.poll()
+        poller.register(sock.fileno(), getattr(select, "POLLRDHUP", 0))
+        while True:
+            for _fd, events in poller.poll():
+                if events & (select.POLLHUP | getattr(select, "POLLRDHUP", 0) | select.POLLERR):
+                    _exit_quietly(0)
+
+    threading.Thread(target=watch, name="skynet-parent-watch", daemon=True).start()
+
+
+def _picklable(outcome: Outcome, stage: Stage) -> Outcome:
+    """The outcome itself, or an error saying that its value cannot cross back."""
+    try:
+        pickle.dumps(outcome, PICKLE_PROTOCOL)
+    except Exception as exc:
+        error = failures.unsendable_value(stage, exc)
+        return Outcome(None, error, outcome.started_ns, outcome.ended_ns)
+    return outcome
+
+
+def _memory_guard(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def guarded(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except MemoryError as exc:
+            raise _MemoryLimitExceeded from exc
+
+    return guarded
+
+
+def _load(init: WorkerInit, channel: _Channel) -> UserFunction:
+    """Import the user's file (under the memory limit, if any); exit if it fails."""
+    limit_mb = init.memory_limit_mb
+    if limit_mb is not None:
+        import resource
+
+        limit = limit_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    try:
+        from ..._loader import load_function
+
+        fn = load_function(init.path, init.name)
+    except BaseException as exc:
+        if isinstance(exc, MemoryError) and limit_mb is not None:
+            message = (
+                f"importing {init.path} exceeded the worker's memory limit of "
+                f"{limit_mb} MB; raise `memory_limit_mb`"
+            )
+        else:
+            message = (
+                f"the worker could not load `{init.name}` from {init.path}: "
+                f"{type(exc).__name__}: {exc}"
+            )
+        with contextlib.suppress(OSError):
+            channel.send(control(FATAL, message))
+        _exit_quietly(EXIT_FATAL)
+    if limit_mb is not None:
+        fn = replace(fn, fn=_memory_guard(fn.fn))
+    return fn
+
+
+class _Results:
+    """Sends a batch's outcomes back: msgpack for ``score``, pickle otherwise."""
+
+    def __init__(self, channel: _Channel, stage: Stage) -> None:
+        self._channel = channel
+        self._stage = stage
+        self._encoder = msgspec.msgpack.Encoder()
+
+    def send(self, seq: int, start: int, work_ns: int, final: bool, outs: list[Any]) -> None:
+        if self._stage == "score":
+            try:
+                body = self._encoder.encode(ResultMsg(seq, start, work_ns, final, outs))
+            except (TypeError, OverflowError):
+                pass  # an extra value msgpack cannot carry (a huge int): pickle it
+            else:
+                self._channel.send(body, KIND_RESULT)
+                return
+        try:
+            pickled = pickle.dumps(outs, PICKLE_PROTOCOL)
+        except Exception:
+            pickled = pickle.dumps([_picklable(o, self._stage) for o in outs], PICKLE_PROTOCOL)
+        header = RESULT_HEADER.pack(seq, start, work_ns, final, len(outs))
+        self._channel.send(header + pickled, KIND_PICKLED_RESULT)
+
+
+class _Worker:
+    """The loop of one worker: batches in, outcomes out, the running call published."""
+
+    def __init__(self, channel: _Channel, state: memoryview, init: WorkerInit) -> None:
+        self.channel = channel
+        self.state = state
+        self.stage: Stage = init.stage
+        self.has_llm = init.has_llm
+        self.results = _Results(channel, init.stage)
+        self.crash = failures.memory_exceeded(init.name, init.memory_limit_mb)
+
+    def serve(self, fn: UserFunction) -> NoReturn:
+        invoker = SyncInvoker(fn, self.stage)
+        invoker.enter()  # this process's one context, updated in place per call
+        # A row holds a call's fields (see ``_wire.call_row``): run without building one.
+        if self.stage == "score":
+            score = invoker.score
+
+            def call(row: Any, bridge: LLMBridge | None, started: int) -> Outcome:
+                _, example_id, input, output, expected, observation = row
+                return score(example_id, observation, input, output, expected, bridge, started)
+
+        else:
+            run = invoker.run
+
+            def call(row: Any, bridge: LLMBridge | None, started: int) -> Outcome:
+                _, example_id, artifact, input = row
+                return run(example_id, artifact, input, bridge, started)
+
+        while True:
+            message = self.channel.recv()
+            if message[0] == BATCH:
+                self.batch(message[1], message[2], call)
+            elif message[0] == STOP:
+                _exit_quietly(0)
+
+    def batch(
+        self, seq: int, rows: list[Any], call: Callable[[Any, LLMBridge | None, int], Outcome]
+    ) -> None:
+        """Run one batch, streaming its outcomes back at least every ``FLUSH_NS``."""
+        state, channel, stage, send = self.state, self.channel, self.stage, self.results.send
+        clock = perf_counter_ns
+        state[SEQ] = seq
+        outs: list[Any] = []
+        append = outs.append
+        flushed = 0
+        last = clock()
+        size = len(rows)
+        bridge: LLMBridge | None = None
+        for index, row in enumerate(rows):
+            if self.has_llm:
+                bridge = RelayBridge(channel, row[0], stage)
+            state[INDEX] = index
+            state[START] = started = clock()
+            try:
+                outcome = call(row, bridge, started)
+            except _MemoryLimitExceeded:
+                state[START] = 0
+                append(Outcome(None, self.crash, started, clock()))
+                send(seq, flushed, clock() - last, False, outs[flushed:])
+                _exit_quietly(EXIT_MEMORY)
+            state[START] = 0
+            append(outcome)
+            if outcome.ended_ns - last > FLUSH_NS and index + 1 < size:
+                send(seq, flushed, outcome.ended_ns - last, False, outs[flushed:])
+                flushed = index + 1
+                last = outcome.ended_ns
+        send(seq, flushed, clock() - last, True, outs[flushed:])
+
+
+def main() -> None:
+    """Entry point: ``python -c ... <root> <socket fd> <state fd> <engine pid>``."""
+    sock_fd, state_fd, parent_pid = (int(a) for a in sys.argv[2:5])
+    # The terminal's Ctrl-C goes to the whole process group; the engine handles it and
+    # stops the workers, so a worker must not die mid-call with a KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        # The engine starts workers with SIGINT blocked (so that a Ctrl-C during the
+        # imports above cannot print a traceback); ignored now, it may be unblocked.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    sock = socket.socket(fileno=sock_fd)
+    sock.setblocking(True)
+    _die_with_parent(parent_pid, sock)
+    state_map = mmap.mmap(state_fd, STATE_SLOTS * 8)
+    os.close(state_fd)
+    channel = _Channel(sock)
+    init: WorkerInit = channel.recv()
+    for entry in reversed(init.sys_path):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    fn = _load(init, channel)
+    if init.has_llm:
+        # A relayed model error arrives pickled, as the model client's own exception:
+        # import its class now, not inside the timed call that receives it.
+        import llm_client._exceptions  # noqa: F401
+    channel.send(control(READY, os.getpid()))
+    _Worker(channel, memoryview(state_map).cast("q"), init).serve(fn)

@@ -1,0 +1,359 @@
+"""The process executor: sync user functions in worker processes, isolated and batched.
+
+:class:`ProcessExecutor` is the :class:`~evaluator._executors._base.Executor` that ties
+the parts of this package together (see its ``__init__``): a submit's calls join the
+work queue (``_queue``), are sent in batches to idle workers of the pool (``_pool``)
+over their channels (``_channel``), and come back as outcomes; a worker that dies or is
+killed at the timeout costs only the call it was running, whose error is named by
+``evaluator._failures``, while the rest of its batches is queued again.
+
+- **Batches** are sized from the measured cost of a call (``_queue.py``); each worker
+  holds a second batch while it runs the first when calls are cheap, so it never waits
+  for a round trip.
+- **Timeouts**: the pool's watchdog kills a worker whose call is past ``timeout``; that
+  call gets ``metric_timeout`` (``program_timeout`` for ``run``) naming the example, the
+  limit and the fix; a fresh worker (the warm spare) takes its place at once.
+- **Crashes** (``os._exit``, a segfault, the OOM killer, a memory limit): the call the
+  worker was running gets ``worker_crash`` with the exit code or signal.
+- **Memory limit**: ``RLIMIT_AS`` (address space, not resident memory) in each worker. A
+  ``MemoryError`` in the user's function under the limit is reported as
+  ``worker_crash`` "memory limit of N MB exceeded" and the worker is replaced, because
+  the process that ran out of memory may hold half-built state; a crash of native code
+  under the limit says that the limit may have been exceeded.
+- **skynet.llm** in a worker is relayed to the engine (``_relay.py``) and answered by
+  ``llm_handler`` in a task the pool owns.
+
+Cancelling a ``submit`` returns at once; calls of it already sent finish in their worker
+(bounded by one batch of about ``TARGET_BATCH_NS``, or by the timeout) and are dropped.
+
+Known limit: a batch queued in a worker (cheap calls only, see ``PREFETCH_MAX_COST_NS``)
+just before that worker's running call hangs waits for the hung call's timeout, then is
+queued again; it is delayed, never lost. Revoking it early would risk running its calls
+twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+from collections.abc import Sequence
+from functools import partial
+from time import perf_counter_ns
+from typing import Any, ClassVar, Literal, Self
+
+import msgspec
+
+from ... import _failures as failures
+from ..._aio import shielded
+from ..._calls import Call, LLMHandler, Outcome
+from ..._context import Stage
+from ..._loader import UserFunction
+from ..._options import validate_count
+from .._base import ExecutionKind, ExecutorStatistics, check_executor
+from ._pool import Pool, Worker, WorkerExit
+from ._queue import Job, Segment, WorkQueue
+from ._relay import answer
+from ._wire import (
+    BATCH,
+    EXIT_MEMORY,
+    KIND_RESULT,
+    LLM,
+    PICKLE_PROTOCOL,
+    RESULT_HEADER,
+    ResultMsg,
+    call_row,
+)
+
+__all__ = ["ProcessExecutor", "ProcessExecutorStatistics"]
+
+
+class ProcessExecutorStatistics(ExecutorStatistics, frozen=True, kw_only=True):
+    """A :class:`ProcessExecutor`'s snapshot: the common shape, and its workers'."""
+
+    workers_alive: int
+    """Worker processes running now (a recycled one may overlap its replacement)."""
+    restarts: int
+    """Workers put in place of one that timed out or crashed (a promoted spare or a new
+    worker)."""
+    crashes: int
+    """Workers that died on their own (exit, signal, memory limit)."""
+    recycled: int
+    """Workers retired after ``max_calls_per_worker`` calls."""
+    batches_sent: int
+    mean_batch_size: float
+    calls_requeued: int
+    """Calls sent again because their worker died before running them."""
+    call_cost_ms: float | None
+    """The running estimate of one call's cost that sizes batches (None: not measured)."""
+    spares_started: int = 0
+    """Warm spare workers started (each idle until it replaces a worker)."""
+    spares_promoted: int = 0
+    """Replacements (after a crash, a timeout or a recycle) served by a warm spare rather
+    than by a worker started then."""
+    spare_ready: bool = False
+    """A warm spare has started and imported the user's file, idle until it replaces a
+    worker (it is not counted in ``workers_alive``)."""
+
+    @property
+    def calls_done(self) -> int:
+        """Calls that returned an outcome from a worker (the same as ``calls``)."""
+        return self.calls
+
+
+class ProcessExecutor:
+    """Run a sync user function in worker processes; see the module docstring.
+
+    ``submit`` returns one :class:`Outcome` per call, in order, whatever the function
+    does. Outcomes of ``score`` calls are :class:`_wire.WireOutcome` instances, a
+    subclass of ``Outcome`` decoded without pickle. ``workers`` processes (default: one
+    per core), each recycled after ``max_calls_per_worker`` calls and limited to
+    ``memory_limit_mb`` of address space, if given.
+    """
+
+    kind: ClassVar[ExecutionKind] = "process"
+
+    def __init__(
+        self,
+        fn: UserFunction,
+        stage: Stage,
+        *,
+        timeout: float,
+        workers: int | None = None,
+        llm_handler: LLMHandler | None = None,
+        max_calls_per_worker: int | None = None,
+        memory_limit_mb: int | None = None,
+    ) -> None:
+        self._timeout = check_executor(fn, stage, "process", timeout)
+        self._fn = fn
+        self.stage: Stage = stage
+        self._n_workers = validate_count(workers, "workers") or os.cpu_count() or 1
+        self._llm_handler = llm_handler
+        self._max_calls = validate_count(max_calls_per_worker, "max_calls_per_worker")
+        self._memory_limit_mb = validate_count(memory_limit_mb, "memory_limit_mb")
+        self._phase: Literal["new", "open", "closed"] = "new"
+        self._decoder = msgspec.msgpack.Decoder(ResultMsg)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue = WorkQueue()
+        self._pool = Pool(
+            fn,
+            stage,
+            size=self._n_workers,
+            timeout_ns=int(self._timeout * 1e9),
+            has_llm=llm_handler is not None,
+            memory_limit_mb=self._memory_limit_mb,
+            events=self,
+        )
+        self._timeouts = 0
+
+    @property
+    def parallelism(self) -> int:
+        """The number of worker processes (the warm spare, idle, is not counted)."""
+        return self._n_workers
+
+    # -- lifetime ---------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        if self._phase != "new":
+            raise RuntimeError(
+                "a ProcessExecutor can be entered only once; create a new one for a new run"
+            )
+        self._loop = asyncio.get_running_loop()
+        self._phase = "open"
+        try:
+            self._pool.start(self._loop)
+        except BaseException:
+            await self.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._phase == "closed":
+            return
+        self._phase = "closed"
+        # Everything that must happen happens before the first await: no process may
+        # outlive the executor, whatever cancels the caller while it is reaped.
+        workers = self._pool.stop()
+        self._queue.fail_all(failures.closed_before_done("process executor"))
+        await shielded(self._pool.reap(workers))
+
+    def statistics(self) -> ProcessExecutorStatistics:
+        """Workers alive, restarts, crashes, timeouts, batches and calls so far."""
+        queue, pool = self._queue, self._pool
+        cost = queue.cost_ns
+        return ProcessExecutorStatistics(
+            kind="process",
+            stage=self.stage,
+            parallelism=self._n_workers,
+            calls=queue.calls_done,
+            timeouts=self._timeouts,
+            busy=pool.busy(),
+            workers_alive=pool.alive(),
+            restarts=pool.restarts,
+            crashes=pool.crashes,
+            recycled=pool.recycled,
+            batches_sent=queue.batches_sent,
+            mean_batch_size=queue.calls_sent / queue.batches_sent if queue.batches_sent else 0.0,
+            calls_requeued=queue.requeued,
+            call_cost_ms=None if cost is None else cost / 1e6,
+            spares_started=pool.spares_started,
+            spares_promoted=pool.spares_promoted,
+            spare_ready=pool.spare is not None and pool.spare.ready,
+        )
+
+    # -- submitting -------------------------------------------------------------------
+
+    async def submit(self, calls: Sequence[Call]) -> list[Outcome]:
+        """Run ``calls``; one outcome per call, in order. Cancel-safe."""
+        if self._phase != "open":
+            raise RuntimeError(
+                "the ProcessExecutor is closed"
+                if self._phase == "closed"
+                else "enter the ProcessExecutor with `async with` before submitting"
+            )
+        if not calls:
+            return []
+        assert self._loop is not None
+        future: asyncio.Future[None] = self._loop.create_future()
+        job = Job(list(calls), partial(_wake, future))
+        if self._pool.broken is not None:
+            job.fail(self._pool.broken)
+            return job.results
+        self._queue.add(job)
+        self._dispatch()
+        try:
+            await future
+        except asyncio.CancelledError:
+            self._queue.cancel(job)
+            raise
+        finally:
+            self._queue.discard(job)
+        return job.results
+
+    def _dispatch(self) -> None:
+        """Send batches to workers that can take one, while calls are pending."""
+        if self._phase != "open":
+            return
+        if self._pool.broken is not None:
+            self._queue.fail_all(self._pool.broken)
+            return
+        queue, pool = self._queue, self._pool
+        # Sized once for the whole round: re-sizing after each batch would halve the
+        # share every time (2048, 1024, 512, ... of a chunk of 4096).
+        size, prefetch = queue.batch_size(pool.usable())
+        while queue.pending_count > 0:
+            target = pool.target(prefetch, queue.cost_ns)
+            if target is None:
+                return
+            before = queue.pending_count
+            self._send_batch(target, size)
+            if queue.pending_count >= before and not target.batches:
+                return  # no progress (cannot happen by design): never spin on the loop
+
+    def _send_batch(self, w: Worker, size: int) -> None:
+        if self._max_calls is not None:
+            size = min(size, self._max_calls - w.assigned)
+        segments, calls = self._queue.take(size)
+        if not segments:
+            return
+        try:
+            payload = pickle.dumps(
+                (BATCH, self._queue.seq + 1, [call_row(c) for c in calls]), PICKLE_PROTOCOL
+            )
+        except Exception as exc:
+            self._reject(segments, exc)
+            return
+        w.batches.append(self._queue.open_batch(segments, len(calls)))
+        w.assigned += len(calls)
+        w.send(payload)
+        if self._max_calls is not None and w.assigned >= self._max_calls:
+            self._pool.retire(w)  # graceful recycling: it runs what it holds, then stops
+
+    def _reject(self, segments: list[Segment], error: Exception) -> None:
+        """Fail the calls whose arguments cannot cross to a worker; queue the others."""
+
+        def why(call: Call) -> Any:
+            try:
+                pickle.dumps(call, PICKLE_PROTOCOL)
+            except Exception as exc:
+                return failures.unsendable_arguments(self._fn, self.stage, exc)
+            return None
+
+        batch_error = failures.unsendable_arguments(self._fn, self.stage, error)
+        self._queue.reject(segments, why, batch_error)
+
+    # -- what the pool reports (PoolEvents) -------------------------------------------
+
+    def on_results(self, w: Worker, kind: int, body: bytearray) -> None:
+        if kind == KIND_RESULT:
+            msg = self._decoder.decode(body)
+            self._results(w, msg.seq, msg.start, msg.work_ns, msg.final, msg.outcomes)
+            return
+        seq, start, work_ns, final, count = RESULT_HEADER.unpack_from(body)
+        try:
+            outcomes = pickle.loads(memoryview(body)[RESULT_HEADER.size :])
+        except Exception as exc:
+            # e.g. a class the worker's code defines but the engine cannot import.
+            error = failures.unreadable_value(self._fn, self.stage, exc)
+            now = perf_counter_ns()
+            outcomes = [Outcome(None, error, now, now)] * count
+        self._results(w, seq, start, work_ns, final, outcomes)
+
+    def _results(
+        self, w: Worker, seq: int, start: int, work_ns: int, final: bool, outcomes: list[Any]
+    ) -> None:
+        if not w.batches or w.batches[0].seq != seq:
+            return  # a batch already given up on (its job failed)
+        batch = w.batches[0]
+        self._queue.record(batch, start, work_ns, outcomes)
+        if final:
+            w.batches.popleft()
+            self._dispatch()
+
+    def on_control(self, w: Worker, message: tuple[Any, ...]) -> None:
+        if message[0] == LLM:
+            self._pool.start_task(self._relay(w, *message[1:]), owner=w)
+
+    async def _relay(self, w: Worker, request: int, *call: Any) -> None:
+        reply = await answer(self._llm_handler, request, *call)
+        if not w.closed:
+            w.send(reply)
+
+    def on_exit(self, w: Worker, exit: WorkerExit) -> None:
+        """A worker died: blame the call it was running, queue the rest of its work.
+
+        Killed at the timeout, the call the watchdog saw gets its timeout; dead on its
+        own, the call it was running gets ``worker_crash``; dead outside any call
+        (receiving or returning one), its first batch counts one more attempt, unless it
+        was the planned exit after a ``MemoryError`` already reported.
+        """
+        stage, timeout, fn = self.stage, self._timeout, self._fn
+        penalise = exit.kill is None and exit.returncode != EXIT_MEMORY
+        if exit.kill is not None:
+            seq, index, started = exit.kill
+
+            def blame(call: Call) -> Outcome:
+                how = "; its worker process was killed and replaced"
+                error = failures.timed_out(stage, timeout, call.example_id, how)
+                return Outcome(None, error, started, perf_counter_ns())
+
+        elif exit.running is not None:
+            seq, index, started = exit.running
+            error = failures.worker_died(fn, exit.cause)
+
+            def blame(call: Call) -> Outcome:
+                return Outcome(None, error, started, perf_counter_ns())
+
+        else:
+            self._queue.worker_lost(exit.batches, None, None, penalise=penalise)
+            return
+        if self._queue.worker_lost(exit.batches, (seq, index), blame, penalise=penalise):
+            self._timeouts += exit.kill is not None
+
+    def on_capacity(self) -> None:
+        self._dispatch()
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

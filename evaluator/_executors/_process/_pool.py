@@ -1,0 +1,571 @@
+"""The worker processes of one process executor: start, spare, replace, watch, reap.
+
+- **Start**: a worker is a fresh interpreter started with ``python -c`` (spawn semantics:
+  never ``fork`` a parent that runs threads and an event loop) rather than through
+  ``multiprocessing``, whose spawn re-imports the engine's ``__main__`` in every worker
+  and whose ``Pool``/``ProcessPoolExecutor`` hang on, or fail everything after, a dead
+  worker. It talks to the engine over a Unix socket pair (``_channel.py``) and publishes
+  the call it runs in a small shared-memory array (``_wire.py``).
+- **A warm spare**: one extra worker, started and having imported the user's file, waits
+  idle. A crash, a timeout kill or a recycle swaps it in at once (at the kill, not after
+  the reaping) and a new spare starts in the background, so that a crash-prone or
+  hang-prone function does not leave a slot empty for a whole interpreter start-up
+  (about 0.3 s) per fault. The spare is idle (blocked in ``recv``): it costs memory, not
+  a core, so it is not counted against the pool's size. It is started only once every
+  worker is ready (so that it never slows the first start-up nor loops on a file that
+  fails to load in workers) and dies with the pool like the others.
+- **The watchdog** sleeps until the earliest deadline of a running call and kills a
+  worker whose call is past the timeout; the replacement starts at once.
+- **Exits** are seen as the process ending (a pidfd on Linux, else polling once its
+  socket has closed); :class:`PoolEvents` hears of each, with what the worker was
+  running, so that the executor can settle its calls.
+- **Start-up failures**: workers that die before they are ready (a file that exits when
+  imported in a worker, say) are counted, in one place, and after
+  ``MAX_STARTUP_FAILURES`` in a row the pool is *broken*: it starts no more workers and
+  every call fails with the cause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import mmap
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from collections import deque
+from collections.abc import Coroutine, Iterator
+from functools import partial
+from pathlib import Path
+from time import perf_counter_ns
+from typing import Any, NamedTuple, Protocol
+
+from ... import _failures as failures
+from ..._context import Stage
+from ..._loader import UserFunction
+from ..._results import ErrorInfo
+from ._channel import Channel
+from ._queue import Batch
+from ._wire import (
+    EXIT_FATAL,
+    FATAL,
+    INDEX,
+    KIND_PICKLE,
+    PICKLE_PROTOCOL,
+    READY,
+    SEQ,
+    START,
+    STATE_SLOTS,
+    STOP,
+    WorkerInit,
+    control,
+)
+
+__all__ = ["Pool", "PoolEvents", "Worker", "WorkerExit", "describe_exit"]
+
+#: A call is killed this long after its timeout, so one that ends just at it can report.
+GRACE_NS = 50_000_000
+#: Workers dying before they are ready this many times in a row: stop replacing them.
+MAX_STARTUP_FAILURES = 3
+#: A worker may hold a second batch only while its running call has not taken this many
+#: times the mean cost (a batch queued behind a long call cannot move elsewhere).
+PREFETCH_STUCK_FACTOR = 20
+PREFETCH_STUCK_MIN_NS = 2_000_000
+
+_ROOT = str(Path(__file__).resolve().parents[3])
+#: A worker's start-up, run with ``python -c``: ``evaluator`` imports lazily, so this
+#: imports the worker's loop and the call layer, not the engine.
+_BOOT = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from evaluator._executors._process._child import main; main()"
+)
+
+
+class Worker:
+    """The engine's handle on one worker process."""
+
+    __slots__ = (
+        "assigned",
+        "batches",
+        "channel",
+        "closed",
+        "kill",
+        "pidfd",
+        "proc",
+        "ready",
+        "replaced",
+        "retiring",
+        "spare",
+        "state",
+        "state_map",
+        "tasks",
+    )
+
+    def __init__(
+        self, proc: subprocess.Popen[bytes], state_map: mmap.mmap, pidfd: int | None
+    ) -> None:
+        self.proc = proc
+        self.channel: Channel | None = None
+        self.state_map = state_map
+        self.state = memoryview(state_map).cast("q")
+        self.pidfd = pidfd
+        self.batches: deque[Batch] = deque()
+        self.assigned = 0
+        self.retiring = False
+        self.replaced = False  # another worker has been put in its place
+        self.spare = False  # idle, outside ``Pool.workers`` until promoted
+        self.ready = False
+        self.closed = False
+        self.kill: tuple[int, int, int] | None = None  # seq, index, start of a timed-out call
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def usable(self) -> bool:
+        """Open to new batches: not closed, not retiring, not being killed."""
+        return not (self.closed or self.retiring or self.kill)
+
+    def send(self, body: bytes, kind: int = KIND_PICKLE) -> None:
+        assert self.channel is not None
+        self.channel.send(body, kind)
+
+
+class WorkerExit(NamedTuple):
+    """A worker process that ended, as the pool saw it."""
+
+    returncode: int
+    cause: str
+    """The exit in words: "exited with code 1", "killed by SIGSEGV", ..."""
+    running: tuple[int, int, int] | None
+    """``(seq, index, started)`` of the call it was running, if any."""
+    kill: tuple[int, int, int] | None
+    """``(seq, index, started)`` of the call the watchdog killed it for, if it did."""
+    batches: list[Batch]
+
+
+class PoolEvents(Protocol):
+    """What the pool tells its executor."""
+
+    def on_results(self, worker: Worker, kind: int, body: bytearray) -> None:
+        """Outcomes of a batch (``KIND_RESULT`` or ``KIND_PICKLED_RESULT``)."""
+
+    def on_control(self, worker: Worker, message: tuple[Any, ...]) -> None:
+        """A control message other than ``READY`` / ``FATAL``: a relayed model call."""
+
+    def on_exit(self, worker: Worker, exit: WorkerExit) -> None:
+        """A worker holding work (or that may have) ended; a replacement follows."""
+
+    def on_capacity(self) -> None:
+        """Workers changed (one ready, replaced, killed, or the pool broke): dispatch."""
+
+
+def _state_fd() -> int:
+    """An anonymous shared file for a worker's state array."""
+    size = STATE_SLOTS * 8
+    try:
+        fd = os.memfd_create("skynet-worker-state")
+    except (AttributeError, OSError):
+        with tempfile.TemporaryFile() as f:
+            fd = os.dup(f.fileno())
+    os.ftruncate(fd, size)
+    return fd
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """Block SIGINT in this thread while a worker is started: the child inherits the
+    mask across exec, so the terminal's Ctrl-C (sent to the whole process group) cannot
+    interrupt its start-up with a traceback before it ignores SIGINT (a spare or a
+    replacement is often starting when the user presses Ctrl-C). A SIGINT that arrives
+    meanwhile is delivered to the engine when the mask is restored, microseconds later.
+    """
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def describe_exit(returncode: int, memory_limit_mb: int | None) -> str:
+    """How a worker process ended, in words, with the memory limit when it may explain it."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        text = f"killed by {name}"
+        if -returncode == signal.SIGKILL:
+            text += " (the out-of-memory killer or another process)"
+    else:
+        text = f"exited with code {returncode}"
+    if memory_limit_mb is not None and returncode in (
+        1,
+        -signal.SIGSEGV,
+        -signal.SIGABRT,
+        -signal.SIGBUS,
+        -signal.SIGKILL,
+    ):
+        text += f"; the worker's memory limit of {memory_limit_mb} MB may have been exceeded"
+    return text
+
+
+class Pool:
+    """``size`` worker processes running ``fn`` for ``stage``, and a warm spare."""
+
+    def __init__(
+        self,
+        fn: UserFunction,
+        stage: Stage,
+        *,
+        size: int,
+        timeout_ns: int,
+        has_llm: bool,
+        memory_limit_mb: int | None,
+        events: PoolEvents,
+    ) -> None:
+        self.fn = fn
+        self.stage: Stage = stage
+        self.size = size
+        self.timeout_ns = timeout_ns
+        self.has_llm = has_llm
+        self.memory_limit_mb = memory_limit_mb
+        self.events = events
+        self.workers: list[Worker] = []
+        self.spare: Worker | None = None
+        self.broken: ErrorInfo | None = None
+        self.running = False
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.startup_failures = 0
+        self.spares_started = self.spares_promoted = self.spare_deaths = 0
+        self.restarts = self.crashes = self.recycled = 0
+
+    # -- lifetime ---------------------------------------------------------------------
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the workers and the watchdog (returns at once; workers get ready later)."""
+        self._loop = loop
+        self.running = True
+        for _ in range(self.size):
+            self.spawn()
+        self.start_task(self._watchdog())
+
+    def stop(self) -> list[Worker]:
+        """Stop everything at once, without waiting: no more starts, every process killed
+        (the spare too), every task cancelled. Returns the workers to :meth:`reap`."""
+        self.running = False
+        workers = list(self.workers)
+        if self.spare is not None:
+            workers.append(self.spare)
+            self.spare = None
+        for w in workers:
+            self._unwatch(w)
+            with contextlib.suppress(OSError):
+                w.proc.kill()
+        for task in self.tasks:
+            task.cancel()
+        return workers
+
+    async def reap(self, workers: list[Worker]) -> None:
+        """Wait for the stopped tasks and processes; release every worker's resources."""
+        tasks = list(self.tasks)
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        deadline = perf_counter_ns() + 10_000_000_000
+        for w in workers:
+            # A SIGKILLed process is gone within milliseconds; polling needs no fd.
+            while w.proc.poll() is None and perf_counter_ns() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0.002)
+            self._close(w)
+
+    def start_task(self, coro: Coroutine[Any, Any, None], owner: Worker | None = None) -> None:
+        """A task owned by the pool (and by ``owner``): cancelled by :meth:`stop` (or
+        when ``owner`` is closed) and awaited by :meth:`reap`."""
+        assert self._loop is not None
+        task = self._loop.create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        if owner is not None:
+            owner.tasks.add(task)
+            task.add_done_callback(owner.tasks.discard)
+
+    # -- workers ----------------------------------------------------------------------
+
+    def spawn(self, *, spare: bool = False) -> None:
+        """Start one worker process (or the spare), and send it what to load."""
+        loop = self._loop
+        assert loop is not None
+        if not self.running:
+            return
+        parent_sock, child_sock = socket.socketpair()
+        state_fd = _state_fd()
+        try:
+            state_map = mmap.mmap(state_fd, STATE_SLOTS * 8)
+            argv = [sys.executable, "-c", _BOOT, _ROOT]
+            argv += [str(child_sock.fileno()), str(state_fd), str(os.getpid())]
+            # Started from the loop's thread: PR_SET_PDEATHSIG follows the thread that
+            # started the child, and the loop's thread outlives the executor.
+            with _sigint_blocked():
+                proc = subprocess.Popen(
+                    argv,
+                    pass_fds=(child_sock.fileno(), state_fd),
+                    stdin=subprocess.DEVNULL,
+                    close_fds=True,
+                )
+        except BaseException:
+            parent_sock.close()
+            raise
+        finally:
+            child_sock.close()
+            os.close(state_fd)
+        pidfd: int | None = None
+        with contextlib.suppress(AttributeError, OSError):
+            pidfd = os.pidfd_open(proc.pid)
+        w = Worker(proc, state_map, pidfd)
+        w.channel = Channel(
+            loop, parent_sock, partial(self._on_message, w), partial(self._on_end, w)
+        )
+        if spare:
+            w.spare = True
+            self.spare = w
+            self.spares_started += 1
+        else:
+            self.workers.append(w)
+        init = WorkerInit(
+            sys_path=list(sys.path),
+            path=str(self.fn.path),
+            name=self.fn.name,
+            stage=self.stage,
+            has_llm=self.has_llm,
+            memory_limit_mb=self.memory_limit_mb,
+        )
+        w.send(pickle.dumps(init, PICKLE_PROTOCOL))
+        w.channel.start()
+        if pidfd is not None:
+            loop.add_reader(pidfd, self._on_exited, w)
+
+    def replace(self, w: Worker, *, restart: bool) -> None:
+        """Put a worker in the place of ``w`` (crashed, killed or retiring): the warm
+        spare if there is one, at once, else a new worker."""
+        if w.replaced or not self.running or self.broken is not None:
+            return
+        w.replaced = True
+        if restart:
+            self.restarts += 1
+        spare = self.spare
+        if spare is not None and not spare.closed:
+            self.spare = None
+            spare.spare = False
+            self.workers.append(spare)
+            self.spares_promoted += 1
+            self.ensure_spare()  # waits for the promoted one to be ready, if it is not
+        else:
+            self.spawn()
+
+    def retire(self, w: Worker) -> None:
+        """Recycle ``w`` gracefully: it runs what it holds, then reads ``STOP`` and exits."""
+        w.retiring = True
+        self.recycled += 1
+        w.send(control(STOP))
+        self.replace(w, restart=False)
+
+    def ensure_spare(self) -> None:
+        """Start a warm spare if there is none and every worker is ready.
+
+        Not while workers are still starting (the spare would compete with them for the
+        cores) nor after start-up failures (a file that does not load in workers must
+        fail cleanly, not keep starting spares); and spares that die too often are given
+        up on (they are an optimisation: replacements then start on demand).
+        """
+        if (
+            self.spare is not None
+            or not self.running
+            or self.broken is not None
+            or self.startup_failures
+            or self.spare_deaths >= MAX_STARTUP_FAILURES
+        ):
+            return
+        if all(w.ready for w in self.workers if not (w.closed or w.replaced)):
+            self.spawn(spare=True)
+
+    def target(self, prefetch: bool, cost_ns: float | None) -> Worker | None:
+        """The worker the next batch should go to: an idle one, else (with ``prefetch``)
+        one running a single batch whose call is not (yet) a long one."""
+        for w in self.workers:
+            if w.usable and not w.batches:
+                return w
+        if not prefetch:
+            return None
+        stuck = perf_counter_ns() - max(
+            PREFETCH_STUCK_MIN_NS, int(PREFETCH_STUCK_FACTOR * (cost_ns or 0.0))
+        )
+        for w in self.workers:
+            if w.usable and len(w.batches) == 1:
+                started = w.state[START]
+                if not (started and started < stuck):
+                    return w
+        return None
+
+    def usable(self) -> int:
+        """Workers open to new batches."""
+        return sum(1 for w in self.workers if w.usable)
+
+    def alive(self) -> int:
+        """Worker processes running now, the spare not counted."""
+        return sum(1 for w in self.workers if not w.closed)
+
+    def busy(self) -> int:
+        """Workers running a call now."""
+        return sum(1 for w in self.workers if not w.closed and w.state[START])
+
+    # -- messages and exits -----------------------------------------------------------
+
+    def _on_message(self, w: Worker, kind: int, body: bytearray) -> None:
+        if kind != KIND_PICKLE:
+            self.events.on_results(w, kind, body)
+            return
+        message = pickle.loads(body)
+        if message[0] == READY:
+            w.ready = True
+            self.startup_failures = 0
+            self.ensure_spare()
+        elif message[0] == FATAL:
+            self.broken = failures.could_not_load(str(message[1]))
+            self.events.on_capacity()
+        else:
+            self.events.on_control(w, message)
+
+    def _on_end(self, w: Worker) -> None:
+        """The worker's socket closed: its exit follows (polled when there is no pidfd)."""
+        if w.pidfd is None and not w.closed:
+            self.start_task(self._await_exit(w))
+
+    async def _await_exit(self, w: Worker) -> None:
+        delay = 0.001
+        while w.proc.poll() is None:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+        self._on_exited(w)
+
+    def _on_exited(self, w: Worker) -> None:
+        """A worker process ended: tell the executor what it held, then replace it."""
+        if w.closed:
+            return
+        returncode = w.proc.poll()
+        if returncode is None:
+            return  # not yet reaped; the pidfd or the poller will call again
+        assert w.channel is not None
+        w.channel.drain()  # results it sent before it died still count
+        if w.closed:
+            return
+        state = w.state
+        started, seq, index = state[START], state[SEQ], state[INDEX]
+        running = (seq, index, started) if started else None
+        kill, batches, was_ready = w.kill, list(w.batches), w.ready
+        self._close(w)
+        if not self.running:
+            return
+        if w.spare:
+            self._spare_exited(w, returncode, was_ready)
+            return
+        if w.retiring and returncode == 0 and not batches:
+            self.events.on_capacity()
+            return
+        cause = describe_exit(returncode, self.memory_limit_mb)
+        if kill is None:
+            self.crashes += 1
+            self._died_starting(returncode, was_ready)
+        self.events.on_exit(w, WorkerExit(returncode, cause, running, kill, batches))
+        self.replace(w, restart=True)  # no-op if done at the kill or the retiring
+        self.events.on_capacity()
+
+    def _spare_exited(self, w: Worker, returncode: int, was_ready: bool) -> None:
+        """The idle spare died (it held no calls): count it, and perhaps start another."""
+        if self.spare is w:
+            self.spare = None
+        self.spare_deaths += 1
+        self._died_starting(returncode, was_ready)
+        self.ensure_spare()
+        self.events.on_capacity()  # fails the waiting calls if the pool is now broken
+
+    def _died_starting(self, returncode: int, was_ready: bool) -> None:
+        """Count a worker that died before it was ready; break the pool at the limit.
+
+        A worker that reported why it could not load (``EXIT_FATAL``) has broken the pool
+        already, with its own words.
+        """
+        if was_ready or returncode == EXIT_FATAL:
+            return
+        self.startup_failures += 1
+        if self.startup_failures >= MAX_STARTUP_FAILURES:
+            cause = describe_exit(returncode, self.memory_limit_mb)
+            self.broken = failures.workers_fail_to_start(cause, self.startup_failures)
+
+    def _unwatch(self, w: Worker) -> None:
+        if w.closed:
+            return
+        if w.channel is not None:
+            w.channel.stop()
+        if w.pidfd is not None and self._loop is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._loop.remove_reader(w.pidfd)
+
+    def _close(self, w: Worker) -> None:
+        if w.closed:
+            return
+        self._unwatch(w)
+        w.closed = True
+        for task in w.tasks:
+            task.cancel()
+        if w.channel is not None:
+            w.channel.close()
+        if w.pidfd is not None:
+            os.close(w.pidfd)
+        w.state.release()
+        w.state_map.close()
+        with contextlib.suppress(ValueError):
+            self.workers.remove(w)
+
+    # -- the watchdog -----------------------------------------------------------------
+
+    async def _watchdog(self) -> None:
+        """Kill a worker whose call is past the timeout; sleep until the next deadline.
+
+        With nothing running it still wakes one timeout from now rather than waiting to
+        be told about new work: a call sent in the meantime cannot reach its deadline
+        before then, and sending a batch then costs no wake-up of this task.
+        """
+        while True:
+            now = perf_counter_ns()
+            wake_at = now + self.timeout_ns + GRACE_NS
+            for w in tuple(self.workers):
+                deadline = self._deadline(w, now)
+                if deadline is not None:
+                    wake_at = min(wake_at, deadline)
+            await asyncio.sleep(max(0.0, (wake_at - now) / 1e9))
+
+    def _deadline(self, w: Worker, now: int) -> int | None:
+        """The deadline of ``w``'s running call; past it, kill ``w`` (and return None)."""
+        if w.closed or w.kill is not None or not w.batches:
+            return None
+        state = w.state
+        started, seq, index, again = state[START], state[SEQ], state[INDEX], state[START]
+        if not started or started != again:
+            return None  # between calls: the next one cannot end its time before now + timeout
+        deadline = started + self.timeout_ns + GRACE_NS
+        if now < deadline:
+            return deadline
+        w.kill = (seq, index, started)
+        with contextlib.suppress(OSError):
+            w.proc.kill()
+        # The replacement starts now, in parallel with the reaping; the killed worker's
+        # calls are sorted out when its exit is seen.
+        self.replace(w, restart=True)
+        self.events.on_capacity()
+        return None

@@ -1,0 +1,327 @@
+"""The thread and inline executors: sync user functions on threads of the engine's process.
+
+- :class:`ThreadExecutor` runs a sync function on a bounded pool of daemon threads that
+  it manages itself: a call past its timeout is *abandoned* (it gets a timeout outcome at
+  once; its thread is never reused and a fresh thread takes its place), which the
+  standard ``concurrent.futures`` pool cannot do.
+- :class:`InlineExecutor` is a thread executor with one thread: a whole batch runs in a
+  tight loop on a dedicated thread, the fastest path, with the timeout still enforced
+  but no crash isolation (a segfault in the function takes the engine down).
+
+Batches cross the thread boundary as one job (one queue put, one wake-up of the loop
+when the job is done), because per-item hand-offs cost far more than cheap calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import queue
+import threading
+from collections.abc import Sequence
+from typing import ClassVar, Self, cast
+
+from .. import _failures as failures
+from .._aio import shielded
+from .._calls import Call, LLMHandler, Outcome, SyncInvoker, _clock
+from .._context import Stage
+from .._loader import UserFunction
+from .._options import validate_count
+from ._base import ExecutionKind, ExecutorStatistics, check_executor
+from ._bridge import LoopBridge
+
+__all__ = ["InlineExecutor", "ThreadExecutor", "ThreadExecutorStatistics"]
+
+
+class ThreadExecutorStatistics(ExecutorStatistics, frozen=True, kw_only=True):
+    """A thread or inline executor's snapshot: the common shape, and abandoned threads."""
+
+    abandoned_threads: int = 0
+    """Threads left running a call past its timeout (or past the close), ever."""
+    abandoned_alive: int = 0
+    """Of those, the ones still running now (daemons: they cannot hold up exit)."""
+
+
+class _Job:
+    """One submitted batch: its calls, their outcomes, and who is running what.
+
+    No lock: the worker threads and the watchdog on the loop hand a running call over
+    with single atomic operations (under the GIL): ``running.pop(index)`` decides who
+    stores that call's outcome (keyed by the call, not the thread, so that a stale look
+    at a thread that has moved on to its next call can never take that call), and
+    ``next(finished)`` who resolves the future.
+    """
+
+    __slots__ = (
+        "calls",
+        "cancelled",
+        "claims",
+        "finished",
+        "future",
+        "loop",
+        "outcomes",
+        "running",
+        "size",
+        "timer",
+    )
+
+    def __init__(self, calls: Sequence[Call], loop: asyncio.AbstractEventLoop) -> None:
+        self.calls = calls
+        self.size = len(calls)
+        self.outcomes: list[Outcome | None] = [None] * self.size
+        self.claims = itertools.count()
+        self.finished = itertools.count()
+        self.loop = loop
+        self.future: asyncio.Future[None] = loop.create_future()
+        self.running: dict[int, tuple[_Worker, int]] = {}  # index -> thread, start
+        self.cancelled = False
+        self.timer: asyncio.TimerHandle | None = None
+
+    def finish_one(self) -> None:
+        """Count one outcome as stored; the last one wakes the submitter."""
+        if next(self.finished) == self.size - 1:
+            # A closed loop means nobody is waiting any more.
+            with contextlib.suppress(RuntimeError):
+                self.loop.call_soon_threadsafe(_resolve, self.future)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class _Worker(threading.Thread):
+    """A daemon thread that takes jobs and claims their calls one at a time."""
+
+    def __init__(self, pool: ThreadExecutor, number: int) -> None:
+        super().__init__(name=f"skynet-{pool.kind}-{pool.stage}-{number}", daemon=True)
+        self.pool = pool
+        self.abandoned = False
+        self.calls = 0
+        self.in_call = False
+
+    def run(self) -> None:
+        pool = self.pool
+        invoker = SyncInvoker(pool.fn, pool.stage)
+        invoker.enter()  # this thread's context, for good: no set/reset per call
+        jobs = pool.jobs
+        while True:
+            job = jobs.get()
+            if job is None or self.abandoned:
+                return
+            if not self._work(job, invoker):
+                return
+
+    def _work(self, job: _Job, invoker: SyncInvoker) -> bool:
+        """Claim and run calls of ``job`` until none is left; False once abandoned."""
+        invoke = invoker.invoke
+        handler = self.pool.handler
+        stage = self.pool.stage
+        clock = _clock
+        calls = job.calls
+        size = job.size
+        loop = job.loop
+        running = job.running
+        claims = job.claims
+        outcomes = job.outcomes
+        while not job.cancelled:
+            index = next(claims)
+            if index >= size:
+                break
+            call = calls[index]
+            bridge = None if handler is None else LoopBridge(loop, handler, call.token, stage)
+            self.in_call = True
+            started = clock()
+            running[index] = (self, started)
+            try:
+                outcome = invoke(call, bridge, started)
+            except BaseException as exc:  # KeyboardInterrupt and such, from user code
+                outcome = invoker.failed(exc, started)
+            self.in_call = False
+            self.calls += 1
+            if running.pop(index, None) is None:
+                # The watchdog already gave this call its timeout outcome and a fresh
+                # thread took this one's place: retire quietly.
+                self.pool._retired(self)
+                return False
+            outcomes[index] = outcome
+            job.finish_one()
+        return True
+
+
+class ThreadExecutor:
+    """A bounded pool of daemon threads for sync user functions, with per-call timeouts.
+
+    ``workers`` threads at most (default: eight per core, at most 64), started lazily:
+    a cheap metric never needs more than one.
+    """
+
+    kind: ClassVar[ExecutionKind] = "thread"
+
+    def __init__(
+        self,
+        fn: UserFunction,
+        stage: Stage,
+        *,
+        timeout: float,
+        workers: int | None = None,
+        llm_handler: LLMHandler | None = None,
+    ) -> None:
+        self.timeout = check_executor(fn, stage, self.kind, timeout)
+        self.fn = fn
+        self.stage: Stage = stage
+        chosen = validate_count(workers, "workers")
+        self.workers = chosen if chosen is not None else min(64, (os.cpu_count() or 1) * 8)
+        self.handler = llm_handler
+        self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._threads: set[_Worker] = set()
+        self._all: list[_Worker] = []
+        self._abandoned: set[_Worker] = set()
+        self._abandoned_total = 0
+        self._numbers = itertools.count()
+        self._timeouts = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._state = "new"
+
+    @property
+    def parallelism(self) -> int:
+        return self.workers
+
+    async def __aenter__(self) -> Self:
+        if self._state != "new":
+            raise RuntimeError("an executor cannot be reopened; create a new one")
+        self._loop = asyncio.get_running_loop()
+        self._state = "open"
+        return self
+
+    def _spawn(self) -> None:
+        worker = _Worker(self, next(self._numbers))
+        self._threads.add(worker)
+        self._all.append(worker)
+        worker.start()
+
+    def _retired(self, worker: _Worker) -> None:
+        self._abandoned.discard(worker)
+
+    async def submit(self, calls: Sequence[Call]) -> list[Outcome]:
+        """Run ``calls``; one outcome per call, in order. Cancel-safe."""
+        if self._state != "open" or self._loop is None:
+            raise RuntimeError("the executor is not open; use `async with` first")
+        if not calls:
+            return []
+        job = _Job(calls, self._loop)
+        # Start threads lazily, up to the bound: a cheap metric never needs more than one.
+        wanted = min(len(calls), self.workers)
+        while len(self._threads) < wanted:
+            self._spawn()
+        for _ in range(wanted):
+            self.jobs.put(job)
+        job.timer = self._loop.call_later(self.timeout, self._watch, job)
+        try:
+            await job.future
+        except BaseException:
+            # Cancelled: stop claiming calls. The ones running finish on their own; the
+            # watchdog stays armed so that a hung one still frees its place in the pool.
+            job.cancelled = True
+            raise
+        job.timer.cancel()
+        return cast(list[Outcome], job.outcomes)
+
+    def _watch(self, job: _Job) -> None:
+        """On the loop: abandon the calls of ``job`` past their timeout, then re-arm."""
+        if job.future.done() or (job.cancelled and not job.running) or self._state != "open":
+            return
+        now = _clock()
+        limit = int(self.timeout * 1e9)
+        earliest = now + limit
+        replaced = 0
+        for index, (worker, started) in list(job.running.items()):
+            if now - started < limit:
+                earliest = min(earliest, started + limit)
+                continue
+            if job.running.pop(index, None) is None:
+                continue  # it just finished: its own outcome stands
+            self._abandon(worker)
+            self._timeouts += 1
+            error = failures.timed_out(
+                self.stage, self.timeout, job.calls[index].example_id, "; its thread was abandoned"
+            )
+            job.outcomes[index] = Outcome(None, error, started, now)
+            job.finish_one()
+            replaced += 1
+        for _ in range(replaced):
+            self._spawn()
+            self.jobs.put(job)  # the rest of the batch goes on in the fresh thread
+        if not job.future.done() and (job.running or not job.cancelled):
+            delay = max(0.0, (earliest - _clock()) / 1e9)
+            job.timer = job.loop.call_later(delay, self._watch, job)
+
+    def _abandon(self, worker: _Worker) -> None:
+        worker.abandoned = True
+        self._threads.discard(worker)
+        self._abandoned.add(worker)
+        self._abandoned_total += 1
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._state != "open":
+            return
+        self._state = "closed"
+        threads = list(self._threads)
+        for _ in threads:
+            self.jobs.put(None)
+        # Wait for the threads to finish their current call, at most one timeout; any
+        # still running after that is abandoned (daemonic, it cannot hold up exit).
+        await shielded(_join(threads, self.timeout))
+        for thread in threads:
+            if thread.is_alive():
+                self._abandon(thread)
+        self._threads.clear()
+
+    def statistics(self) -> ThreadExecutorStatistics:
+        return ThreadExecutorStatistics(
+            kind=self.kind,
+            stage=self.stage,
+            parallelism=self.workers,
+            calls=sum(w.calls for w in self._all),
+            timeouts=self._timeouts,
+            busy=sum(1 for t in list(self._threads) if t.in_call),
+            abandoned_threads=self._abandoned_total,
+            abandoned_alive=sum(1 for t in list(self._abandoned) if t.is_alive()),
+        )
+
+    def threads(self) -> list[threading.Thread]:
+        """The threads this executor started that are still alive (abandoned ones too)."""
+        return [t for t in [*self._threads, *self._abandoned] if t.is_alive()]
+
+
+async def _join(threads: list[_Worker], timeout: float) -> None:
+    """Wait until ``threads`` have ended, at most ``timeout`` seconds (polling: a thread
+    offers nothing to await)."""
+    deadline = _clock() + int(timeout * 1e9)
+    delay = 0.0005
+    while any(t.is_alive() for t in threads) and _clock() < deadline:
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.02)
+
+
+class InlineExecutor(ThreadExecutor):
+    """One dedicated thread running whole batches in a tight loop: fastest, no isolation.
+
+    The timeout still holds: a call past it is abandoned with its thread, and a fresh
+    thread carries on with the rest of the batch. A crash of the function (a segfault,
+    ``os._exit``) takes the engine's process with it.
+    """
+
+    kind: ClassVar[ExecutionKind] = "inline"
+
+    def __init__(
+        self,
+        fn: UserFunction,
+        stage: Stage,
+        *,
+        timeout: float,
+        llm_handler: LLMHandler | None = None,
+    ) -> None:
+        super().__init__(fn, stage, timeout=timeout, workers=1, llm_handler=llm_handler)

@@ -1,0 +1,308 @@
+"""The :class:`Evaluator`: its options, its lifetime, and the public API.
+
+Options are checked when it is built (``ConfigError`` naming the option and the value),
+its executors and model clients are opened by ``async with`` inside the running loop and
+closed when it exits, and its public methods hand the examples to the flow
+(``_flow.py``). Every example yields exactly one :class:`Result`, whatever happens to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import AsyncIterable, Iterable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .._aio import shielded
+from .._calls import LLMHandler
+from .._context import Stage
+from .._exceptions import ConfigError
+from .._executors._base import Executor, ExecutorOptions
+from .._executors._factory import open_executor
+from .._executors._threads import ThreadExecutorStatistics
+from .._loader import EXECUTIONS, UserFunction, load_metric, load_program
+from .._models import ModelRouter, Models, ModelStatistics
+from .._options import MAX_TIMEOUT, validate_count, validate_timeout
+from .._report import Report, ReportBuilder
+from .._results import Result
+from ._flow import Flow, ResultStream, Source
+
+__all__ = ["Evaluator", "EvaluatorStatistics", "choose_execution"]
+
+
+class EvaluatorStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of an open Evaluator: examples done, in flight, executors, models."""
+
+    examples: int
+    ok: int
+    errors: int
+    in_flight: int
+    chunk_size: int
+    metric_execution: str
+    program_execution: str | None
+    metric: Any
+    program: Any
+    models: ModelStatistics
+    abandoned_threads: int
+
+
+def choose_execution(fn: UserFunction, override: str | None, *, option: str) -> str:
+    """Where ``fn`` runs: the option, else the module's ``EXECUTION``, else by its kind.
+
+    No automatic choice runs user code on the loop's own thread unless it is
+    ``async def``: a sync function that calls ``skynet.llm`` (I/O bound) gets threads,
+    any other sync function gets worker processes.
+    """
+    chosen = override if override is not None else fn.execution
+    if chosen is None:
+        if fn.is_async:
+            return "async"
+        return "thread" if fn.uses_llm else "process"
+    if chosen not in EXECUTIONS:
+        problem = f"must be one of {', '.join(map(repr, EXECUTIONS))}, got {chosen!r}"
+    elif fn.is_async and chosen != "async":
+        problem = (
+            f"is {chosen!r} but `{fn.name}` in {fn.path} is `async def`; an async "
+            "function is awaited on the event loop: use 'async' (or leave it unset)"
+        )
+    elif not fn.is_async and chosen == "async":
+        problem = (
+            f"is 'async' but `{fn.name}` in {fn.path} is a plain `def`; define it "
+            "with `async def`, or use 'thread', 'process' or 'inline'"
+        )
+    else:
+        return chosen
+    if override is not None:
+        raise ConfigError(problem, option=option, value=override)
+    raise ConfigError(f"EXECUTION in {fn.path} {problem}")
+
+
+def _failure_score(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(
+            f"must be a finite number, got {value!r}", option="failure_score", value=value
+        )
+    return float(value)
+
+
+class Evaluator:
+    """Runs a program and scores its outputs with a metric, streaming, in bounded memory.
+
+    ::
+
+        async with Evaluator(metric="metric.py", program="program.py") as ev:
+            results = await ev.evaluate_many(artifact, examples)   # input order
+            async for result in ev.stream(artifact, examples): ...  # as completed
+            report = await ev.evaluate(artifact, examples)         # a Report
+
+    ``metric`` and ``program`` are file paths or loaded :class:`UserFunction` s; without
+    a program the run is score-only and each example's ``output`` field is scored.
+    ``timeout`` bounds each metric call (0 < timeout <= 600 s), ``program_timeout`` each
+    program call (default 600 s). ``execution`` / ``program_execution`` choose the
+    executor ("process", "thread", "async", "inline"); by default the module's
+    ``EXECUTION``, else ``async`` for ``async def``, ``thread`` for a sync function that
+    calls ``skynet.llm``, ``process`` for any other. ``workers`` sizes the thread pool or
+    the worker processes; ``concurrency`` bounds the examples in flight (and the async
+    executor's concurrent calls). ``models`` chooses the program, metric and reflection
+    models for ``skynet.llm``. An error result scores ``failure_score``.
+
+    Pools, model clients and processes are created by ``async with`` inside the running
+    loop and released when it exits; a closed Evaluator cannot be reopened. Concurrent
+    calls on one Evaluator share its pools and rate budget.
+    """
+
+    def __init__(
+        self,
+        metric: str | Path | UserFunction,
+        program: str | Path | UserFunction | None = None,
+        *,
+        timeout: float = 60.0,
+        program_timeout: float | None = None,
+        workers: int | None = None,
+        concurrency: int | None = None,
+        execution: str | None = None,
+        program_execution: str | None = None,
+        models: Models | None = None,
+        failure_score: float = 0.0,
+        max_calls_per_worker: int | None = None,
+        memory_limit_mb: int | None = None,
+    ) -> None:
+        self.timeout = validate_timeout(timeout, "timeout", upper=MAX_TIMEOUT)
+        self.program_timeout = (
+            MAX_TIMEOUT
+            if program_timeout is None
+            else validate_timeout(program_timeout, "program_timeout", upper=None)
+        )
+        self.workers = validate_count(workers, "workers")
+        self.concurrency = validate_count(concurrency, "concurrency")
+        self.max_calls_per_worker = validate_count(max_calls_per_worker, "max_calls_per_worker")
+        self.memory_limit_mb = validate_count(memory_limit_mb, "memory_limit_mb")
+        self.failure_score = _failure_score(failure_score)
+        if models is not None and not isinstance(models, Models):
+            raise ConfigError(
+                f"must be an evaluator.Models, got {type(models).__name__}",
+                option="models",
+                value=models,
+            )
+        self.models = models or Models()
+        self.metric = metric if isinstance(metric, UserFunction) else load_metric(metric)
+        self.program: UserFunction | None = (
+            None
+            if program is None
+            else program
+            if isinstance(program, UserFunction)
+            else load_program(program)
+        )
+        self.metric_execution = choose_execution(self.metric, execution, option="execution")
+        self.program_execution = (
+            None
+            if self.program is None
+            else choose_execution(self.program, program_execution, option="program_execution")
+        )
+        self._state = "new"
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._flow = Flow(self.failure_score, self.concurrency)
+
+    # -- lifetime ---------------------------------------------------------------------
+
+    async def __aenter__(self) -> Evaluator:
+        if self._state != "new":
+            raise RuntimeError(
+                "this Evaluator was already opened; an Evaluator cannot be reused once "
+                "closed: create a new one"
+            )
+        self._state = "opening"
+        self._loop = asyncio.get_running_loop()
+        stack = contextlib.AsyncExitStack()
+        try:
+            router = await stack.enter_async_context(ModelRouter(self.models))
+            metric = await stack.enter_async_context(self._open("score", router))
+            program = None
+            if self.program is not None:
+                program = await stack.enter_async_context(self._open("run", router))
+        except BaseException:
+            self._state = "closed"
+            await shielded(stack.aclose())
+            raise
+        self._flow.attach(metric, program, router)
+        self._stack = stack
+        self._state = "open"
+        return self
+
+    def _open(self, stage: Stage, router: ModelRouter) -> Executor:
+        """The (unopened) executor of ``stage``, with the model handler if it has a model."""
+        if stage == "score":
+            fn, execution, timeout = self.metric, self.metric_execution, self.timeout
+            has_model = router.has_judge_model
+        else:
+            assert self.program is not None and self.program_execution is not None
+            fn, execution, timeout = self.program, self.program_execution, self.program_timeout
+            has_model = router.has_program_model
+        handler: LLMHandler | None = router.handler if has_model else None
+        options = ExecutorOptions(
+            timeout=timeout,
+            workers=self.workers,
+            concurrency=self.concurrency,
+            max_calls_per_worker=self.max_calls_per_worker,
+            memory_limit_mb=self.memory_limit_mb,
+            llm_handler=handler,
+        )
+        return open_executor(fn, stage, execution, options)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop running streams, then close executors and model clients (idempotent)."""
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        streams = set(self._flow.streams)
+        for task in streams:
+            task.cancel()
+        stack, self._stack = self._stack, None
+        await shielded(_close(streams, stack))
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            if self._state == "closed":
+                raise RuntimeError("this Evaluator is closed; create a new one")
+            raise RuntimeError(
+                "the Evaluator is not open: use `async with Evaluator(...) as ev:` first"
+            )
+
+    # -- public API -------------------------------------------------------------------
+
+    async def evaluate_many(
+        self, artifact: Any, examples: Iterable[Any] | AsyncIterable[Any]
+    ) -> list[Result]:
+        """Evaluate ``examples`` with ``artifact``; one result per example, in input order."""
+        self._check_open()
+        return await self._flow.collect(artifact, examples)
+
+    def stream(self, artifact: Any, examples: Iterable[Any] | AsyncIterable[Any]) -> ResultStream:
+        """Results as they complete, in bounded memory.
+
+        ``async for result in ev.stream(artifact, examples)``; use
+        ``async with ev.stream(...) as results`` (or ``await results.aclose()``) to stop
+        early and release at once what is still in flight.
+        """
+        self._check_open()
+        return ResultStream(self._flow, self._check_open, artifact, Source(examples))
+
+    async def evaluate(self, artifact: Any, examples: Iterable[Any] | AsyncIterable[Any]) -> Report:
+        """Evaluate ``examples`` and return the :class:`Report` (no list of results kept)."""
+        self._check_open()
+        builder = ReportBuilder(failure_score=self.failure_score)
+
+        async def add(position: int, chunk: list[Result]) -> None:
+            builder.add_many(chunk)
+
+        await self._flow.drive(artifact, Source(examples), add)
+        return builder.build(abandoned_threads=self._abandoned())
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop the Evaluator was opened in (None before it opens): where a
+        synchronous host in another thread must send its calls."""
+        return self._loop
+
+    def statistics(self) -> EvaluatorStatistics:
+        """A snapshot of examples done, in flight, and of the executors and models."""
+        flow = self._flow
+        router = flow.router
+        return EvaluatorStatistics(
+            examples=flow.examples,
+            ok=flow.ok,
+            errors=flow.examples - flow.ok,
+            in_flight=flow.in_flight,
+            chunk_size=flow.sizer.size,
+            metric_execution=self.metric_execution,
+            program_execution=self.program_execution,
+            metric=flow.metric.statistics() if flow.metric is not None else None,
+            program=flow.program.statistics() if flow.program is not None else None,
+            models=router.statistics() if router is not None else ModelStatistics(),
+            abandoned_threads=self._abandoned(),
+        )
+
+    def _abandoned(self) -> int:
+        total = 0
+        for ex in (self._flow.metric, self._flow.program):
+            if ex is not None:
+                stats = ex.statistics()
+                if isinstance(stats, ThreadExecutorStatistics):
+                    total += stats.abandoned_threads
+        return total
+
+
+async def _close(streams: set[asyncio.Task[None]], stack: contextlib.AsyncExitStack | None) -> None:
+    """Wait for the cancelled streams, then close the executors and model clients."""
+    if streams:
+        await asyncio.wait(streams)
+    if stack is not None:
+        await stack.aclose()

@@ -1,0 +1,376 @@
+"""The streaming flow: examples in, in chunks, through the stages, results out.
+
+Examples are pulled lazily from any iterable or async iterable (:class:`Source`), in
+*chunks*. A chunk's calls go to an executor as one batch (the run stage, then the score
+stage), and its results are built in a tight loop (``_assembly.py``): per-item awaits
+and hand-offs cost more than an exact-match metric, so cheap work must move in batches.
+
+Chunks are sized (:class:`Sizer`) from the engine's measured time per example: small at
+first, for latency; growing while examples are cheap; capped for memory; one example per
+chunk when calls are slow, so that a slow example never holds up others. Several chunks
+run at once, within a bound on the examples in flight (so memory does not grow with the
+dataset) that is large enough to keep every executor's ``parallelism`` busy.
+
+Tasks are asyncio-native (see ``evaluator._aio``): a dispatcher pulls chunks and starts
+one task per chunk in an ``asyncio.TaskGroup``; a :class:`ResultStream` runs its producer
+in a task owned by the Evaluator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from itertools import islice
+from typing import Any, cast
+
+from .._aio import unwrap_group
+from .._calls import Outcome
+from .._dataset import Example, _row_to_example
+from .._executors._base import Executor
+from .._models import ModelRouter
+from .._results import Result
+from . import _assembly as assembly
+
+__all__ = ["MAX_CHUNK", "Flow", "ResultStream", "Sizer", "Source"]
+
+#: Upper bound of a chunk: caps the memory held per chunk in flight.
+MAX_CHUNK = 4096
+#: The first chunk of an Evaluator that has measured nothing yet.
+START_CHUNK = 8
+#: A chunk should take about this much of the engine's time: long enough to amortise
+#: the hand-off to the executor, short enough that results stream out smoothly.
+TARGET_CHUNK_S = 0.02
+
+_EXAMPLES_ONLY = {Example}
+
+
+class Sizer:
+    """Adaptive chunk size from a moving average of the engine's time per example.
+
+    The time per example is a chunk's wall time divided by the examples in flight while
+    it ran (Little's law: the engine's throughput), not by the chunk's own size: with
+    several chunks in flight, a chunk's wall time includes its wait behind the others,
+    and counting that wait as its examples' cost made chunks shrink as more of them ran
+    at once, and more ran at once as they shrank, down to chunks of one example each
+    whose overhead saturated the loop.
+    """
+
+    __slots__ = ("per_example", "size")
+
+    def __init__(self) -> None:
+        self.per_example: float | None = None
+        self.size = START_CHUNK
+
+    def observe(self, n: int, seconds: float, in_flight: int) -> None:
+        """A chunk of ``n`` examples took ``seconds`` with ``in_flight`` examples in
+        flight, its own included."""
+        if n <= 0:
+            return
+        per = max(seconds / max(n, in_flight), 1e-8)
+        # Weighted by n: a chunk of one says less about cheap calls than a chunk of 4096.
+        weight = min(1.0, 0.2 + n / 64)
+        self.per_example = (
+            per
+            if self.per_example is None
+            else self.per_example + weight * (per - self.per_example)
+        )
+        self.size = max(1, min(MAX_CHUNK, int(TARGET_CHUNK_S / self.per_example)))
+
+
+class Source:
+    """Pulls examples in chunks from an iterable or async iterable of examples or rows."""
+
+    __slots__ = ("_aiter", "_iter", "_lock", "position")
+
+    def __init__(self, examples: Iterable[Any] | AsyncIterable[Any]) -> None:
+        self._iter: Iterator[Any] | None = None
+        self._aiter: AsyncIterator[Any] | None = None
+        if isinstance(examples, AsyncIterable):
+            self._aiter = aiter(examples)
+            self._lock: asyncio.Lock | None = asyncio.Lock()
+        elif isinstance(examples, (Iterable)):
+            self._iter = iter(examples)
+            self._lock = None
+        else:
+            raise TypeError(
+                f"`examples` must be an iterable or async iterable of Example objects or "
+                f"row dicts, got {type(examples).__name__}"
+            )
+        self.position = 0
+
+    async def take(self, n: int) -> list[Example]:
+        """The next ``n`` examples (fewer at the end), rows converted to ``Example``."""
+        if self._iter is not None:
+            rows: list[Any] = list(islice(self._iter, n))
+        else:
+            assert self._aiter is not None and self._lock is not None
+            rows = []
+            async with self._lock:
+                async for row in self._aiter:
+                    rows.append(row)
+                    if len(rows) >= n:
+                        break
+        start = self.position
+        self.position += len(rows)
+        if rows and set(map(type, rows)) != _EXAMPLES_ONLY:  # one C-level pass when all are
+            for i, row in enumerate(rows):
+                if type(row) is not Example:
+                    rows[i] = _row_to_example(
+                        row, start + i, input_cols=None, output_cols=None, path=None, line=None
+                    )
+        return rows
+
+
+Emit = Callable[[int, list[Result]], Awaitable[None]]
+
+
+class Flow:
+    """The stages of one Evaluator and the flow of its examples through them.
+
+    Built unopened; :meth:`attach` gives it the opened executors and model router.
+    Counts examples done and in flight for the Evaluator's statistics.
+    """
+
+    def __init__(self, failure_score: float, concurrency: int | None) -> None:
+        self.failure_score = failure_score
+        self.concurrency = concurrency
+        self.metric: Executor | None = None
+        self.program: Executor | None = None
+        self.router: ModelRouter | None = None
+        self.sizer = Sizer()
+        self.streams: set[asyncio.Task[None]] = set()
+        self.next_token = 0
+        self.examples = 0
+        self.ok = 0
+        self.in_flight = 0
+
+    def attach(self, metric: Executor, program: Executor | None, router: ModelRouter) -> None:
+        self.metric, self.program, self.router = metric, program, router
+
+    # -- bounds -----------------------------------------------------------------------
+
+    def slots(self) -> int:
+        """How many calls the executors run at once: the parallelism to keep fed."""
+        return max([1, *(ex.parallelism for ex in (self.metric, self.program) if ex is not None)])
+
+    def chunk_size(self) -> int:
+        size = self.sizer.size
+        return min(size, self.concurrency) if self.concurrency is not None else size
+
+    def limit(self, size: int) -> int:
+        """The examples in flight at most, with chunks of ``size``."""
+        if self.concurrency is not None:
+            return self.concurrency
+        return max(2 * self.slots(), 3 * size)
+
+    # -- the flow ---------------------------------------------------------------------
+
+    async def collect(
+        self, artifact: Any, examples: Iterable[Any] | AsyncIterable[Any]
+    ) -> list[Result]:
+        """Every example's result, in input order."""
+        if isinstance(examples, (list, tuple)):
+            items: list[Any] = list(examples)
+            if 0 < len(items) <= self.chunk_size():
+                # An optimizer's minibatch: one chunk, in the caller's task, no task group.
+                source = Source(items)
+                chunk = await source.take(len(items))
+                return await self.chunk(artifact, chunk, len(chunk))
+            source = Source(items)
+        else:
+            source = Source(examples)
+        results: list[Result] = []
+
+        async def place(position: int, chunk: list[Result]) -> None:
+            end = position + len(chunk)
+            if end > len(results):
+                results.extend([cast(Result, None)] * (end - len(results)))
+            results[position:end] = chunk
+
+        await self.drive(artifact, source, place)
+        return results
+
+    async def drive(self, artifact: Any, source: Source, emit: Emit) -> None:
+        """Pull chunks, run several at once within the in-flight bound, emit results."""
+        flight = _Flight()
+
+        async def run(chunk: list[Example], position: int, in_flight: int) -> None:
+            try:
+                await emit(position, await self.chunk(artifact, chunk, in_flight))
+            finally:
+                # Counted until emitted: a slow consumer must hold up the dispatcher.
+                flight.count -= len(chunk)
+                self.in_flight -= len(chunk)
+                flight.event.set()
+
+        with unwrap_group():
+            async with asyncio.TaskGroup() as tg:
+                while True:
+                    size = self.chunk_size()
+                    limit = self.limit(size)
+                    while flight.count and flight.count + size > limit:
+                        flight.event.clear()
+                        await flight.event.wait()
+                    position = source.position
+                    chunk = await source.take(size)
+                    if not chunk:
+                        break
+                    flight.count += len(chunk)
+                    self.in_flight += len(chunk)
+                    tg.create_task(run(chunk, position, flight.count))
+
+    async def chunk(self, artifact: Any, examples: list[Example], in_flight: int) -> list[Result]:
+        """Run one chunk through both stages; one result per example, in order.
+
+        ``in_flight``: the examples in flight when it started, its own included.
+        """
+        n = len(examples)
+        started = time.perf_counter()
+        base = self.next_token
+        self.next_token = base + n
+        if self.program is not None:
+            results, errors = await self._with_program(self.program, artifact, examples, base)
+        else:
+            results, errors = await self._score_only(examples, base)
+        self.sizer.observe(n, time.perf_counter() - started, in_flight)
+        self.examples += n
+        self.ok += n - errors
+        return results
+
+    async def _with_program(
+        self, program: Executor, artifact: Any, examples: list[Example], base: int
+    ) -> tuple[list[Result], int]:
+        """The run stage, then the score stage for the examples whose program succeeded."""
+        assert self.metric is not None and self.router is not None
+        fail = self.failure_score
+        calls = assembly.run_calls(artifact, examples, base)
+        outcomes = await program.submit(calls)
+        holes, score_calls, where = assembly.after_program(
+            examples, calls, outcomes, self.router.program_meters, fail
+        )
+        errors = len(examples) - len(score_calls)
+        scored: list[Result] = []
+        if score_calls:
+            outcomes = await self.metric.submit(score_calls)
+            scored, score_errors = assembly.scored_results(
+                score_calls, outcomes, self.router.judge_meters, fail
+            )
+            errors += score_errors
+        return assembly.fill_holes(holes, where, scored), errors
+
+    async def _score_only(self, examples: list[Example], base: int) -> tuple[list[Result], int]:
+        """The score stage on each example's own output."""
+        assert self.metric is not None and self.router is not None
+        fail = self.failure_score
+        calls = assembly.score_only_calls(examples, base)
+        outcomes: list[Outcome] = await self.metric.submit(calls) if calls else []
+        results, errors = assembly.scored_results(calls, outcomes, self.router.judge_meters, fail)
+        if len(calls) != len(examples):  # some examples have no output: each its own error
+            results = assembly.with_missing_outputs(examples, results, fail)
+            errors += len(examples) - len(calls)
+        return results, errors
+
+
+class _Flight:
+    """Examples in flight in one evaluation, and a wake-up for the dispatcher."""
+
+    __slots__ = ("count", "event")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.event = asyncio.Event()
+
+
+_END = object()
+
+
+class ResultStream:
+    """The async iterator returned by :meth:`Evaluator.stream`.
+
+    Its producer runs in a task owned by the Evaluator (a generator cannot hold a task
+    group across ``yield``); results travel in chunks through a small bounded queue, so
+    a slow consumer holds up the producer instead of letting memory grow.
+    """
+
+    def __init__(
+        self, flow: Flow, check_open: Callable[[], None], artifact: Any, source: Source
+    ) -> None:
+        self._flow = flow
+        self._check_open = check_open
+        self._artifact = artifact
+        self._source = source
+        self._queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=2)
+        self._task: asyncio.Task[None] | None = None
+        self._batch: Iterator[Result] = iter(())
+        self._finished = False
+
+    def __aiter__(self) -> ResultStream:
+        return self
+
+    async def __aenter__(self) -> ResultStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def __anext__(self) -> Result:
+        for result in self._batch:
+            return result
+        batch = await self._next_batch()
+        if batch is None:
+            raise StopAsyncIteration
+        self._batch = iter(batch)
+        return next(self._batch)
+
+    async def batches(self) -> AsyncIterator[list[Result]]:
+        """The results in the chunks they complete in: cheaper than one at a time."""
+        rest = list(self._batch)
+        if rest:
+            yield rest
+        while (batch := await self._next_batch()) is not None:
+            yield batch
+
+    async def _next_batch(self) -> list[Result] | None:
+        if self._finished:
+            return None
+        if self._task is None:
+            self._check_open()
+            self._task = asyncio.get_running_loop().create_task(self._produce())
+            self._flow.streams.add(self._task)
+            self._task.add_done_callback(self._flow.streams.discard)
+        item = await self._queue.get()
+        if item is _END:
+            self._finished = True
+            return None
+        if isinstance(item, BaseException):
+            self._finished = True
+            raise item
+        return cast(list[Result], item)
+
+    async def _produce(self) -> None:
+        async def put(position: int, chunk: list[Result]) -> None:
+            await self._queue.put(chunk)
+
+        try:
+            await self._flow.drive(self._artifact, self._source, put)
+        except Exception as exc:
+            await self._queue.put(exc)
+        else:
+            await self._queue.put(_END)
+
+    async def aclose(self) -> None:
+        """Stop producing: cancel what is in flight and wait for it to unwind."""
+        self._finished = True
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task})  # unlike `await task`, never raises its cancellation
+
+    def __del__(self) -> None:
+        task = self._task
+        if task is not None and not task.done():
+            # Dropped without aclose (a `break` out of `async for`): stop the producer.
+            with contextlib.suppress(RuntimeError):
+                task.get_loop().call_soon_threadsafe(task.cancel)

@@ -1,0 +1,127 @@
+"""The executor interface, as every kind implements it: opened by one factory."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evaluator._calls import ScoreCall
+from evaluator._executors._async import ASYNC_CONCURRENCY, AsyncExecutor
+from evaluator._executors._base import ExecutorOptions, ExecutorStatistics
+from evaluator._executors._factory import open_executor
+from evaluator._executors._process._executor import ProcessExecutor, ProcessExecutorStatistics
+from evaluator._executors._threads import (
+    InlineExecutor,
+    ThreadExecutor,
+    ThreadExecutorStatistics,
+)
+from evaluator._loader import UserFunction, load_metric
+
+SOURCES = Path(__file__).resolve().parents[1] / "sources"
+
+KINDS = {
+    "async": (AsyncExecutor, ExecutorStatistics, ASYNC_CONCURRENCY),
+    "thread": (ThreadExecutor, ThreadExecutorStatistics, min(64, (os.cpu_count() or 1) * 8)),
+    "inline": (InlineExecutor, ThreadExecutorStatistics, 1),
+    "process": (ProcessExecutor, ProcessExecutorStatistics, os.cpu_count()),
+}
+
+
+def _metric(tmp_path: Path, execution: str) -> UserFunction:
+    name = "async_behaviours.py" if execution == "async" else "behaviours.py"
+    path = tmp_path / f"{execution}_{name}"
+    path.write_text((SOURCES / name).read_text())
+    return load_metric(path)
+
+
+def _calls(kinds: list[str]) -> list[ScoreCall]:
+    return [
+        ScoreCall(i, f"e{i}", {"kind": kind, "n": i}, "a", {"label": "a"})
+        for i, kind in enumerate(kinds)
+    ]
+
+
+@pytest.mark.parametrize("execution", list(KINDS))
+class TestEveryExecutor:
+    async def test_opened_by_the_factory_with_its_own_parallelism(
+        self, tmp_path: Path, execution: str
+    ) -> None:
+        """open_executor gives the kind's executor, which says its kind, stage and how many
+        calls it runs at once, and returns one outcome per call in order."""
+        cls, stats_cls, parallelism = KINDS[execution]
+        executor: Any = open_executor(
+            _metric(tmp_path, execution), "score", execution, ExecutorOptions(timeout=10)
+        )
+        assert type(executor) is cls
+        assert (executor.kind, executor.stage, executor.parallelism) == (
+            execution,
+            "score",
+            parallelism,
+        )
+        async with executor:
+            outcomes = await executor.submit(_calls(["ok", "raise", "invalid", "ok"]))
+            assert await executor.submit([]) == []
+            stats = executor.statistics()
+        assert [o.error.kind if o.error else "ok" for o in outcomes] == [
+            "ok",
+            "metric_error",
+            "invalid_return",
+            "ok",
+        ]
+        assert type(stats) is stats_cls and isinstance(stats, ExecutorStatistics)
+        assert (stats.kind, stats.stage, stats.parallelism, stats.workers) == (
+            execution,
+            "score",
+            parallelism,
+            parallelism,
+        )
+        assert stats.calls == 4 and stats.timeouts == 0 and stats.busy == 0
+        with pytest.raises(AttributeError):
+            stats.calls = 0  # type: ignore[misc]
+
+    async def test_used_only_inside_its_lifetime(self, tmp_path: Path, execution: str) -> None:
+        """An executor refuses calls before it is entered and after it is closed, and
+        cannot be entered twice."""
+        executor: Any = open_executor(
+            _metric(tmp_path, execution), "score", execution, ExecutorOptions(timeout=10)
+        )
+        with pytest.raises(RuntimeError, match="async with"):
+            await executor.submit(_calls(["ok"]))
+        async with executor:
+            pass
+        with pytest.raises(RuntimeError):
+            await executor.submit(_calls(["ok"]))
+        with pytest.raises(RuntimeError):
+            async with executor:
+                pass
+
+
+def test_options_reach_the_executor(tmp_path: Path) -> None:
+    """The factory passes each option to the executor that uses it."""
+    sync = _metric(tmp_path, "thread")
+    asynchronous = _metric(tmp_path, "async")
+    assert (
+        open_executor(sync, "score", "thread", ExecutorOptions(timeout=1, workers=3)).parallelism
+        == 3
+    )
+    assert (
+        open_executor(
+            asynchronous, "score", "async", ExecutorOptions(timeout=1, concurrency=7)
+        ).parallelism
+        == 7
+    )
+    process: Any = open_executor(
+        sync,
+        "run",
+        "process",
+        ExecutorOptions(timeout=1, workers=2, max_calls_per_worker=5, memory_limit_mb=100),
+    )
+    assert (process.parallelism, process.stage, process._max_calls, process._memory_limit_mb) == (
+        2,
+        "run",
+        5,
+        100,
+    )

@@ -1,0 +1,120 @@
+"""The flow: chunk sizing, the source of examples, and the in-flight bound."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evaluator._dataset import Example
+from evaluator._executors._base import ExecutorOptions
+from evaluator._executors._factory import open_executor
+from evaluator._loader import UserFunction, load_metric
+from evaluator._models import ModelRouter
+from evaluator._pipeline._flow import MAX_CHUNK, START_CHUNK, TARGET_CHUNK_S, Flow, Sizer, Source
+
+EXACT = (Path(__file__).resolve().parents[1] / "sources" / "exact.py").read_text()
+
+
+class TestSizer:
+    def test_starts_small(self) -> None:
+        """Before anything is measured, chunks are small, for latency."""
+        assert Sizer().size == START_CHUNK
+
+    def test_cheap_examples_grow_chunks_to_the_cap(self) -> None:
+        """Examples of microseconds grow chunks up to the memory cap."""
+        sizer = Sizer()
+        for _ in range(5):
+            sizer.observe(sizer.size, sizer.size * 2e-6, sizer.size)
+        assert sizer.size == MAX_CHUNK
+
+    def test_slow_examples_travel_alone(self) -> None:
+        """Examples of a second each (a model call, say) go one per chunk."""
+        sizer = Sizer()
+        for _ in range(5):
+            sizer.observe(4, 1.0, 16)
+        assert sizer.size == 1
+
+    def test_waiting_behind_other_chunks_is_not_an_examples_cost(self) -> None:
+        """The same chunk latency with more examples in flight means a faster engine, so
+        chunks grow: a chunk's wait behind the others is not counted as its cost (which
+        used to shrink chunks to one example as more of them ran at once)."""
+        alone, crowded = Sizer(), Sizer()
+        for _ in range(10):
+            alone.observe(8, 0.05, 8)
+            crowded.observe(8, 0.05, 512)
+        assert alone.size == 3  # 50 ms for 8 examples: about 20 ms is 3 of them
+        assert crowded.size == int(TARGET_CHUNK_S / (0.05 / 512))
+
+
+class TestSource:
+    async def test_lists_generators_and_rows(self) -> None:
+        """Examples or row dicts, from a list or a generator, come out in chunks with
+        their positions; rows become Examples (an id defaults to the position)."""
+        rows: list[Any] = [Example(id="a", input={}), {"input": {"q": 1}}, {"id": 9, "input": {}}]
+        source = Source(iter(rows))
+        first = await source.take(2)
+        assert [ex.id for ex in first] == ["a", 1] and source.position == 2
+        assert [ex.id for ex in await source.take(5)] == [9]
+        assert await source.take(5) == [] and source.position == 3
+
+    async def test_async_iterables(self) -> None:
+        """An async iterable is pulled chunk by chunk."""
+
+        async def rows() -> AsyncIterator[dict[str, Any]]:
+            for i in range(5):
+                yield {"id": i, "input": {}}
+
+        source = Source(rows())
+        assert [ex.id for ex in await source.take(3)] == [0, 1, 2]
+        assert [ex.id for ex in await source.take(3)] == [3, 4]
+
+    def test_not_iterable(self) -> None:
+        """Something that is not iterable is refused, saying what is expected."""
+        with pytest.raises(TypeError, match="iterable or async iterable"):
+            Source(42)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def fn(tmp_path: Path) -> UserFunction:
+    path = tmp_path / "exact.py"
+    path.write_text(EXACT)
+    return load_metric(path)
+
+
+class TestBounds:
+    @pytest.mark.parametrize(
+        ("execution", "options", "parallelism"),
+        [
+            ("thread", {"workers": 5}, 5),
+            ("inline", {}, 1),
+            ("process", {}, os.cpu_count()),
+            ("process", {"workers": 3}, 3),
+        ],
+    )
+    async def test_the_bound_keeps_every_slot_of_the_executor_busy(
+        self, fn: UserFunction, execution: str, options: dict[str, Any], parallelism: int
+    ) -> None:
+        """The in-flight bound is read from the executor's own parallelism (the real
+        number of workers, never a guess from its kind), and grows with the chunk size."""
+        executor = open_executor(fn, "score", execution, ExecutorOptions(timeout=5, **options))
+        assert executor.parallelism == parallelism
+        flow = Flow(0.0, None)
+        flow.attach(executor, None, ModelRouter(None))
+        assert flow.slots() == parallelism
+        assert flow.limit(1) == max(2 * parallelism, 3)
+        assert flow.limit(4096) == 3 * 4096
+
+    def test_concurrency_bounds_both(self, fn: UserFunction) -> None:
+        """With `concurrency`, chunks and examples in flight stay within it."""
+        flow = Flow(0.0, 64)
+        flow.attach(
+            open_executor(fn, "score", "inline", ExecutorOptions(timeout=5)),
+            None,
+            ModelRouter(None),
+        )
+        flow.sizer.size = MAX_CHUNK
+        assert flow.chunk_size() == 64 and flow.limit(64) == 64

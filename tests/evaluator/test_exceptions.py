@@ -1,0 +1,63 @@
+"""The engine's exceptions: the drawn hierarchy, and each one pickling itself whole."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from evaluator._exceptions import (
+    STEP_RETURN,
+    STEP_RUNS,
+    ConfigError,
+    ContractError,
+    DatasetError,
+    EvaluationError,
+    InvalidReturn,
+    OutsideCallError,
+)
+
+EXAMPLES = [
+    ConfigError("must be between 0 and 600 seconds, got 900", option="timeout", value=900),
+    ConfigError("the whole message"),
+    DatasetError("data.jsonl", 12, "no 'input' object"),
+    DatasetError(None, None, "empty"),
+    ContractError(STEP_RUNS, "raised ValueError", example_id="q1", path="/m.py", line=3),
+    InvalidReturn("returned 0.8 (float), not a pair", example_id=("a", 1)),
+    OutsideCallError("observation"),
+]
+
+
+@pytest.mark.parametrize("error", EXAMPLES, ids=lambda e: type(e).__name__)
+def test_each_error_pickles_whole(error: EvaluationError) -> None:
+    """An error crosses a process boundary with its type, message and data intact."""
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is type(error)
+    assert str(again) == str(error)
+    assert vars(again) == vars(error)
+
+
+class TestHierarchy:
+    @pytest.mark.parametrize("cls", [ConfigError, DatasetError, OutsideCallError])
+    def test_usage_errors_are_outside_the_failed_call_family(self, cls: type) -> None:
+        """A caller's mistake is an EvaluationError but never a ContractError."""
+        assert issubclass(cls, EvaluationError) and not issubclass(cls, ContractError)
+
+    def test_stdlib_bases(self) -> None:
+        """Each error is also the stdlib type its callers would catch."""
+        assert issubclass(ConfigError, ValueError) and issubclass(DatasetError, ValueError)
+        assert issubclass(OutsideCallError, RuntimeError)
+        assert issubclass(InvalidReturn, ContractError) and issubclass(InvalidReturn, TypeError)
+
+    def test_invalid_return_is_the_return_value_step(self) -> None:
+        """InvalidReturn names the contract step "Metric return value" and the example."""
+        error = InvalidReturn("not a pair", example_id="q17")
+        assert error.step == STEP_RETURN
+        assert str(error) == "Metric return value: example 'q17': not a pair"
+
+
+def test_config_error_renders_the_callers_name() -> None:
+    """A ConfigError renders with the option as the caller spells it (a CLI flag)."""
+    error = ConfigError("must be positive, got 0", option="workers", value=0)
+    assert str(error) == "`workers` must be positive, got 0"
+    assert error.render("--workers") == "--workers must be positive, got 0"
