@@ -268,7 +268,10 @@ def report_rows(report: Report) -> list[tuple[str, str]]:
 
     def usd(value: float | None, unmeasured: int) -> str:
         if value is None:
-            return f"unmeasured ({unmeasured} example(s) without a known price)"
+            return (
+                f"unmeasured ({unmeasured} example(s) without a known price or with "
+                "network traffic the engine did not meter; their notes say which)"
+            )
         return f"${value:.6f}"
 
     def mean(value: float | None) -> str:

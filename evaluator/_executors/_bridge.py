@@ -2,18 +2,31 @@
 
 A sync call from a thread hops onto the engine's loop and blocks only its own thread; an
 async call is awaited directly. (A worker process relays instead: ``_process/_relay.py``.)
+The same hop carries the user's own SDK calls (``evaluator/_sdk/``): :meth:`forward`,
+:meth:`aforward` and :meth:`note_bypass` are the SDK hook, used when the handler is the
+router's model port.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from typing import Any
+import contextlib
+from typing import TYPE_CHECKING, Any
 
 from .._calls import LLMHandler
 from .._context import Stage
+from .._sdk._request import CannotRoute, SDKRequest
+
+if TYPE_CHECKING:
+    from llm_client import Forwarded
 
 __all__ = ["LoopBridge"]
+
+_ON_THE_LOOP = (
+    "a synchronous SDK call on the engine's event loop (in an `async def` function) cannot "
+    "be routed without blocking it; use the SDK's async client (AsyncOpenAI, acompletion)"
+)
 
 
 class LoopBridge:
@@ -29,12 +42,14 @@ class LoopBridge:
         self._token = token
         self._stage: Stage = stage
 
-    def call(self, instruction: str, input: str | None, options: dict[str, Any]) -> str:
+    def _on_loop(self) -> bool:
         try:
-            running = asyncio.get_running_loop()
+            return asyncio.get_running_loop() is self._loop
         except RuntimeError:
-            running = None
-        if running is self._loop:
+            return False
+
+    def call(self, instruction: str, input: str | None, options: dict[str, Any]) -> str:
+        if self._on_loop():
             raise RuntimeError(
                 "skynet.llm() would block the event loop here; in an `async def` function "
                 "use `await skynet.allm(...)`"
@@ -46,3 +61,43 @@ class LoopBridge:
 
     async def acall(self, instruction: str, input: str | None, options: dict[str, Any]) -> str:
         return await self._handler(self._token, self._stage, instruction, input, options)
+
+    # -- the SDK hook ---------------------------------------------------------------------
+
+    def forward(self, request: SDKRequest) -> Forwarded:
+        """A routed SDK call from a thread: hop to the loop, block this thread only."""
+        if self._on_loop():
+            raise CannotRoute(_ON_THE_LOOP)
+        forward = getattr(self._handler, "forward", None)
+        if forward is None:
+            raise CannotRoute("this executor routes no SDK calls")
+        future: concurrent.futures.Future[Forwarded] = asyncio.run_coroutine_threadsafe(
+            forward(self._token, self._stage, request), self._loop
+        )
+        return future.result()
+
+    async def aforward(self, request: SDKRequest) -> Forwarded:
+        """A routed SDK call from async code: on the engine's loop directly, from another
+        loop (``asyncio.run`` in a thread) through a hop."""
+        forward = getattr(self._handler, "forward", None)
+        if forward is None:
+            raise CannotRoute("this executor routes no SDK calls")
+        if self._on_loop():
+            result: Forwarded = await forward(self._token, self._stage, request)
+            return result
+        future = asyncio.run_coroutine_threadsafe(
+            forward(self._token, self._stage, request), self._loop
+        )
+        return await asyncio.wrap_future(future)
+
+    def note_bypass(self, what: str) -> None:
+        """Traffic around the metered paths, seen in this call (from any thread)."""
+        note = getattr(self._handler, "note_bypass", None)
+        if note is None:
+            return
+        if self._on_loop():
+            note(self._token, self._stage, what)
+        else:
+            # Queued ahead of the call's outcome, which reaches the loop after it.
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody to tell
+                self._loop.call_soon_threadsafe(note, self._token, self._stage, what)
