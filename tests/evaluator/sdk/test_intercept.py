@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -205,7 +204,3 @@ class TestWhatIsNotRouted:
         assert result.observation.cost_usd is None
         note = " ".join(result.observation.notes)
         assert "GET 127.0.0.1/v1/models" in note
-
-
-def _any(value: Any) -> bool:
-    return bool(value)
