@@ -244,8 +244,9 @@ def _add_simulator_argument(parser: Any) -> None:
     parser.add_argument(
         "--simulator",
         metavar="CONFIG",
-        help="serve every model from a local simulator on 127.0.0.1 (a JSON SimulatorConfig); "
-        "no key, no network",
+        help="serve every model from a local simulator on 127.0.0.1 (a JSON SimulatorConfig), "
+        "and every model call the program or metric makes with its own SDK (openai, litellm, "
+        "dspy), whatever base URL it names; no key, no network",
     )
 
 
@@ -524,8 +525,7 @@ def _run_models(args: argparse.Namespace) -> tuple[ModelRequest, ...]:
         for dest in _RUN_MODEL_ONLY:
             if getattr(args, dest) is not None:
                 raise ConfigError(f"needs a model: {_NEEDS_A_MODEL}", option=dest)
-        if args.simulator is not None:
-            raise ConfigError(f"serves models: {_NEEDS_A_MODEL}", option="simulator")
+        # --simulator alone serves the program's and metric's own SDK calls.
         return ()
     program_url = _url(args.base_url, "base_url")
     reflection_url = _url(args.reflection_base_url, "reflection_base_url") or program_url

@@ -114,7 +114,7 @@ async def _main(options: RunOptions, serving: Serving, plan: _Plan, stream: Text
             concurrency=options.concurrency,
             execution=options.execution,
             program_execution=options.program_execution,
-            models=_models(configs),
+            models=_models(configs, serving.simulator_url),
         ) as ev,
     ):
         plan.builder.failure_score = ev.failure_score
@@ -138,13 +138,15 @@ async def _main(options: RunOptions, serving: Serving, plan: _Plan, stream: Text
     return EXIT_OK
 
 
-def _models(configs: dict[str, ModelConfig]) -> Models | None:
-    if not configs:
+def _models(configs: dict[str, ModelConfig], simulator_url: str | None) -> Models | None:
+    """The run's models; with --simulator, the simulator serves SDK calls as well."""
+    if not configs and simulator_url is None:
         return None
     return Models(
         program=configs.get("program"),
         metric=configs.get("metric"),
         reflection=configs.get("reflection"),
+        sdk_base_url=simulator_url,
     )
 
 
