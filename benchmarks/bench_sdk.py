@@ -130,7 +130,7 @@ def dspy_run(url: str, data: Path, threads: int) -> dict[str, Any]:
 
 
 def bench_throughput(smoke: bool, folder: Path) -> None:
-    n = 60 if smoke else 800
+    n = 40 if smoke else 800
     data = rows(folder / "throughput.jsonl", n)
     print(
         f"\n1. Throughput: {n} examples, one openai chat completion each, simulator at "
@@ -206,7 +206,7 @@ asyncio.run(main())
 
 
 def bench_overhead(smoke: bool, folder: Path) -> None:
-    n, threads = (200 if smoke else 3000), 16
+    n, threads = (100 if smoke else 3000), 16
     data = rows(folder / "overhead.jsonl", n)
     print(
         f"\n2. Routing overhead: {n} calls, 0 ms latency, {threads} threads; CPU per call of "
@@ -237,7 +237,7 @@ def bench_overhead(smoke: bool, folder: Path) -> None:
 
 
 def bench_rpm(smoke: bool, folder: Path) -> None:
-    n, rpm, window = (300, 3000.0, 3.0) if smoke else (660, 600.0, 10.0)
+    n, rpm, window = (200, 3000.0, 3.0) if smoke else (660, 600.0, 10.0)
     limit = rpm / 60
     data = rows(folder / "rpm.jsonl", n)
     print(
@@ -261,7 +261,7 @@ def bench_rpm(smoke: bool, folder: Path) -> None:
 
 
 def bench_budget(smoke: bool, folder: Path) -> None:
-    n, rpm, window = (600, 3000.0, 3.0) if smoke else (3000, 1800.0, 10.0)
+    n, rpm, window = (400, 3000.0, 3.0) if smoke else (3000, 1800.0, 10.0)
     limit = rpm / 60
     data = rows(folder / "budget.jsonl", n)
     print(
