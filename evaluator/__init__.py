@@ -36,9 +36,11 @@ if typing.TYPE_CHECKING:
     from ._pipeline import EvaluatorStatistics as EvaluatorStatistics
     from ._pipeline import ResultStream as ResultStream
     from ._report import Latency as Latency
+    from ._report import ModelBudget as ModelBudget
     from ._report import NamedScore as NamedScore
     from ._report import Report as Report
     from ._report import ReportBuilder as ReportBuilder
+    from ._report import StageExecution as StageExecution
     from ._report_html import Comparison as Comparison
     from ._report_html import ResultsFileError as ResultsFileError
     from ._report_html import compare_results as compare_results
@@ -80,9 +82,11 @@ _WHERE = {
     "EvaluatorStatistics": "._pipeline",
     "ResultStream": "._pipeline",
     "Latency": "._report",
+    "ModelBudget": "._report",
     "NamedScore": "._report",
     "Report": "._report",
     "ReportBuilder": "._report",
+    "StageExecution": "._report",
     "Comparison": "._report_html",
     "ResultsFileError": "._report_html",
     "compare_results": "._report_html",
@@ -116,6 +120,7 @@ __all__ = [
     "JudgeRow",
     "JudgesReport",
     "Latency",
+    "ModelBudget",
     "ModelStatistics",
     "Models",
     "NamedScore",
@@ -129,6 +134,7 @@ __all__ = [
     "ResultsWriter",
     "ResumeWarning",
     "Scored",
+    "StageExecution",
     "Usage",
     "UserFunction",
     "check_contract",

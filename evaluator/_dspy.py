@@ -15,6 +15,15 @@ its field count), so bootstrapping would keep every failed trace as a demo. The 
 call gets a ``dspy.Prediction``. dspy itself is imported only when that Prediction is
 built, so importing this module stays cheap.
 
+A judge metric (``from skynet import llm``) needs a model, and there is no ``Evaluator``
+here: the adapter takes the judge's model the ways a DSPy user has it (``lm=dspy.LM(...)``,
+``reflection_lm=`` as the fallback, ``models=``; see :mod:`evaluator._lm`) and owns a
+:class:`~evaluator._background.BackgroundEngine`, so that the calls of all of DSPy's
+threads share one rate governor, retries, metering and prices. DSPy turns a metric's
+exception into a score of 0; so that a run of such zeros cannot pass unnoticed, the first
+failure of each kind is logged (one line, on the ``evaluator.dspy`` logger) and every
+failure is counted in :meth:`DSPyMetric.statistics`.
+
 What ``dspy.GEPA``'s reflection sees is built by dspy from the program's trace (the
 predictor's inputs and outputs) and from the feedback returned here, which is the
 metric's own text; ``score`` gets private copies of the example's fields and of the
@@ -26,19 +35,36 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import itertools
+import logging
 import threading
+import weakref
+from collections import Counter
 from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
+import msgspec
+
+from . import _failures as failures
+from ._background import BackgroundEngine, EngineClosedError
 from ._context import CallContext, call_context
 from ._contract import short_repr, validate_return
 from ._copy import private_copy
-from ._exceptions import STEP_RUNS, ContractError
+from ._exceptions import STEP_RUNS, ConfigError, ContractError, InvalidReturn
+from ._lm import check_keys, resolve_models, simulator_config
 from ._loader import UserFunction, _arity, load_metric
-from ._results import Observation, Scored
+from ._models import Models
+from ._results import Observation, Scored, Usage
 
-__all__ = ["DSPyMetric", "to_dspy_metric"]
+__all__ = ["DSPyMetric", "DSPyMetricStatistics", "NoModelError", "to_dspy_metric"]
+
+logger = logging.getLogger("evaluator.dspy")
+
+#: How long closing the judge's engine may take at interpreter exit (a daemon thread
+#: either way: the interpreter never waits longer).
+EXIT_TIMEOUT = 5.0
 
 _UNSET: Any = object()
 
@@ -123,18 +149,200 @@ def _fields(obj: Any) -> dict[str, Any]:
     raise TypeError(f"expected a dspy Example or Prediction, got {type(obj).__name__}")
 
 
-class DSPyMetric:
-    """A user's ``score`` as a DSPy metric; see :func:`to_dspy_metric`."""
+class NoModelError(ConfigError):
+    """``skynet.llm()`` was called in a metric adapted for DSPy, and no model serves it."""
 
-    def __init__(self, metric: UserFunction, *, output_field: str | None = None) -> None:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        super().__init__(
+            f"skynet.llm() in {path.name} has no model to call under DSPy: pass the judge's "
+            "model to to_dspy_metric() as lm= (a dspy.LM, an llm_client.ModelConfig or a "
+            "name such as 'openai/gpt-4o-mini'), as reflection_lm= (the fallback: the "
+            "reflection_lm you give dspy.GEPA) or as models=evaluator.Models(metric=...); "
+            "dspy.configure(lm=...) sets the program's model, not the judge's"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (NoModelError, (self.path,))
+
+
+class _NoModel:
+    """The ``LLMBridge`` of a metric call when no model serves the judge."""
+
+    __slots__ = ("_path",)
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+
+    def call(self, instruction: str, input: str | None, options: dict[str, Any]) -> str:
+        raise NoModelError(self._path)
+
+    async def acall(self, instruction: str, input: str | None, options: dict[str, Any]) -> str:
+        raise NoModelError(self._path)
+
+
+class _EngineBridge:
+    """The ``LLMBridge`` of one metric call: its ``skynet.llm`` calls go to the engine,
+    metered under the call's token."""
+
+    __slots__ = ("_engine", "_token")
+
+    def __init__(self, engine: BackgroundEngine, token: int) -> None:
+        self._engine = engine
+        self._token = token
+
+    def call(self, instruction: str, input: str | None, options: dict[str, Any]) -> str:
+        return self._engine.call(self._token, instruction, input, options)
+
+    async def acall(self, instruction: str, input: str | None, options: dict[str, Any]) -> str:
+        return await self._engine.acall(self._token, instruction, input, options)
+
+
+class DSPyMetricStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """What a :class:`DSPyMetric` has done so far.
+
+    ``calls`` metric calls, of which ``scored`` returned a valid score; ``failures``
+    counts the others by kind (``no_model``, ``llm_error``, ``metric_error``,
+    ``invalid_return``, ``closed``), each of which DSPy scored 0. ``judge`` is the model
+    usage of the metric's ``skynet.llm`` calls: calls, tokens, cost (None with the reason
+    in ``notes`` when a price is unknown), 429s (``rate_limited``) and retries.
+    ``model`` names the judge's model (None: no model was given).
+    """
+
+    calls: int
+    scored: int
+    failures: dict[str, int]
+    judge: Usage
+    model: str | None
+
+
+class _Tally:
+    """The metric's calls and failures by kind; logs the first failure of each kind."""
+
+    def __init__(self, metric: UserFunction) -> None:
+        self._metric = metric
+        self._lock = threading.Lock()
+        self.calls = 0
+        self.scored = 0
+        self.failures: Counter[str] = Counter()
+        self._logged: set[tuple[str, str]] = set()
+
+    def ok(self) -> None:
+        with self._lock:
+            self.calls += 1
+            self.scored += 1
+
+    def failed(self, example_id: Any, exc: Exception) -> None:
+        kind, message = self._describe(exc)
+        # One line per kind (and exception type: a KeyError and a ZeroDivisionError in the
+        # same metric are two problems), so a run of DSPy's silent zeros is seen once.
+        key = (kind, type(exc).__name__)
+        with self._lock:
+            self.calls += 1
+            self.failures[kind] += 1
+            first = key not in self._logged
+            self._logged.add(key)
+        if first:
+            logger.warning(
+                "DSPy metric %s: %s on example %s: %s. DSPy counts this example as a failure "
+                "(score 0); further %s failures are counted in statistics(), not logged",
+                self._metric.path.name,
+                kind,
+                short_repr(example_id),
+                message,
+                kind,
+            )
+
+    def _describe(self, exc: Exception) -> tuple[str, str]:
+        if isinstance(exc, NoModelError):
+            return "no_model", str(exc)
+        if isinstance(exc, EngineClosedError):
+            return "closed", str(exc)
+        if isinstance(exc, ContractError) and not isinstance(exc, InvalidReturn):
+            # The DSPy example or prediction could not be read, as the adapter saw it.
+            return "metric_error", str(exc)
+        info = failures.raised(self._metric, "score", exc)
+        return info.kind, info.message
+
+
+class DSPyMetric:
+    """A user's ``score`` as a DSPy metric; see :func:`to_dspy_metric`.
+
+    With a judge model it owns the engine that serves the metric's ``skynet.llm`` calls:
+    use it as a context manager (``with to_dspy_metric(...) as metric:``) or call
+    :meth:`close`; otherwise the engine is closed when the metric is garbage collected
+    or at interpreter exit.
+    """
+
+    def __init__(
+        self,
+        metric: UserFunction,
+        *,
+        output_field: str | None = None,
+        engine: BackgroundEngine | None = None,
+    ) -> None:
         self.metric = metric
         self.output_field = output_field
+        self.engine = engine
         # Tools that name a metric by its ``__name__`` (as for a plain function) see "score".
         self.__name__ = "score"
+        self._tokens = itertools.count(1)
+        self._tally = _Tally(metric)
+        self._no_model = _NoModel(metric.path)
+        # Runs engine.close() once: on close(), when the metric is collected, or at exit.
+        self._finalizer = (
+            None if engine is None else weakref.finalize(self, engine.close, EXIT_TIMEOUT)
+        )
 
     def __repr__(self) -> str:
         field = f", output_field={self.output_field!r}" if self.output_field else ""
-        return f"DSPyMetric({self.metric.path}{field})"
+        model = self.engine.models.judge if self.engine is not None else None
+        judge = f", judge={model.model!r}" if model is not None else ""
+        return f"DSPyMetric({self.metric.path}{field}{judge})"
+
+    # DSPy and user code may copy a metric along with a program; a copy is the same
+    # metric, sharing its engine (an engine's thread and loop cannot be copied).
+    def __copy__(self) -> Self:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Self:
+        return self
+
+    # -- lifetime -------------------------------------------------------------------------
+
+    def __enter__(self) -> Self:
+        if self.engine is not None:
+            self.engine.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the judge's engine: its clients, loop and thread (idempotent). Calls in
+        flight fail with a clear error; later ``skynet.llm`` calls fail the same way."""
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def statistics(self) -> DSPyMetricStatistics:
+        """Calls, failures by kind, and the judge's usage and cost so far."""
+        tally = self._tally
+        engine = self.engine
+        judge = engine.models.judge if engine is not None else None
+        return DSPyMetricStatistics(
+            calls=tally.calls,
+            scored=tally.scored,
+            failures=dict(tally.failures),
+            judge=engine.usage() if engine is not None else Usage(),
+            model=judge.model if judge is not None else None,
+        )
+
+    # -- calls ----------------------------------------------------------------------------
 
     # The five parameter names are the ones dspy.GEPA documents; it checks that
     # ``inspect.signature(metric).bind(None, None, None, None, None)`` succeeds.
@@ -146,7 +354,12 @@ class DSPyMetric:
         pred_name: Any = _UNSET,
         pred_trace: Any = _UNSET,
     ) -> Any:
-        scored = self.score(gold, pred)
+        try:
+            scored = self.score(gold, pred)
+        except Exception as exc:
+            self._tally.failed(self.example_id(gold), exc)
+            raise
+        self._tally.ok()
         if pred_name is _UNSET and pred_trace is _UNSET:
             return scored.score
         import dspy
@@ -216,15 +429,38 @@ class DSPyMetric:
         inputs, output, expected = self.arguments(gold, pred, example_id)
         fn = self.metric
         args = (inputs, output, expected)[: fn.arity]
-        with call_context(CallContext(example_id, "score", _UNMEASURED, None)):
-            raw = fn.fn(*args)
-            if fn.is_async or inspect.isawaitable(raw):
-                raw = _run_coroutine(raw)
+        engine = self.engine
+        if engine is None or engine.models.judge is None:
+            with call_context(CallContext(example_id, "score", _UNMEASURED, self._no_model)):
+                raw = _called(fn, args)
+        else:
+            token = next(self._tokens)
+            bridge = _EngineBridge(engine, token)
+            try:
+                with call_context(CallContext(example_id, "score", _UNMEASURED, bridge)):
+                    raw = _called(fn, args)
+            finally:
+                engine.settle(token)
         return validate_return(raw, example_id)
 
 
+def _called(fn: UserFunction, args: tuple[Any, ...]) -> Any:
+    raw = fn.fn(*args)
+    if fn.is_async or inspect.isawaitable(raw):
+        raw = _run_coroutine(raw)
+    return raw
+
+
 def to_dspy_metric(
-    metric: str | Path | UserFunction | Callable[..., Any], *, output_field: str | None = None
+    metric: str | Path | UserFunction | Callable[..., Any],
+    *,
+    output_field: str | None = None,
+    lm: Any = None,
+    reflection_lm: Any = None,
+    models: Models | None = None,
+    rpm: float | None = None,
+    tpm: float | None = None,
+    simulator: Any = None,
 ) -> DSPyMetric:
     """The user's ``score`` as a metric for ``dspy.Evaluate``, bootstrapping and ``dspy.GEPA``.
 
@@ -235,5 +471,38 @@ def to_dspy_metric(
     the score as a float; called with ``pred_name``/``pred_trace`` (``dspy.GEPA``'s
     feedback call) it returns ``dspy.Prediction(score, feedback, objective_scores)``.
     A return value that breaks the contract raises :class:`InvalidReturn`.
+
+    A judge metric's ``skynet.llm()`` calls go to ``lm`` (the metric model: a ``dspy.LM``,
+    an ``llm_client.ModelConfig`` or a litellm-style name such as ``"openai/gpt-4o-mini"``),
+    else to ``reflection_lm`` (the fallback: pass the ``reflection_lm`` you give
+    ``dspy.GEPA``), or to ``models`` (``evaluator.Models``: ``metric``, else
+    ``reflection``). ``rpm``/``tpm`` are the judge's rate limits, kept across all of
+    DSPy's threads; ``simulator`` (an ``llm_client.SimulatorConfig``, a dict of its fields
+    or a JSON file) serves the model from a local simulator instead, with no key. Keys are
+    read now: a missing one is a ``ConfigError`` here, not a zero per example.
+
+    Use the result as a context manager, or call ``close()``, to release the judge's
+    engine; ``statistics()`` reports the calls, failures by kind and the judge's cost.
     """
-    return DSPyMetric(_as_user_function(metric), output_field=output_field)
+    fn = _as_user_function(metric)
+    judge = resolve_models(
+        lm=lm, reflection_lm=reflection_lm, models=models, rpm=rpm, tpm=tpm, lm_option="lm"
+    )
+    served_by = simulator_config(simulator)
+    if judge.models.judge is None:
+        if served_by is not None:
+            raise ConfigError(
+                "serves the judge's model, but no model is given: pass lm= too (any name "
+                "the simulator serves, e.g. 'openai/gpt-4o-mini')",
+                option="simulator",
+            )
+        return DSPyMetric(fn, output_field=output_field)
+    if served_by is None:
+        check_keys(judge)
+    engine = BackgroundEngine(
+        judge.models,
+        simulator=served_by,
+        options=judge.options,
+        name=f"skynet-dspy-judge ({fn.path.name})",
+    )
+    return DSPyMetric(fn, output_field=output_field, engine=engine)

@@ -18,6 +18,14 @@ The engine is async and lives on an event loop; GEPA's calls are bridged onto th
 Never ``asyncio.run`` inside a running loop, and never a blocking call on the loop's own
 thread (that would deadlock: the adapter says so instead).
 
+A judge metric (``from skynet import llm``) needs a model. An ``Evaluator`` the host opens
+takes ``models=``; ``open(...)`` takes the judge's model the ways a GEPA or DSPy user has
+it too (``metric_lm=``, and ``reflection_lm=``: the model name given to ``gepa.optimize``,
+the fallback), ``rpm``/``tpm``, and a ``simulator`` that serves every model locally, all
+resolved by :mod:`evaluator._lm`. Keys are read before anything runs, and a metric that
+imports ``skynet.llm`` with no model to serve it gets a warning at open, not a run of
+failure scores.
+
 Nothing handed to GEPA carries the examples' ``expected`` values, by construction rather
 than by masking (see :mod:`evaluator._reflection`): trajectories and reflective records
 hold the inputs as copied before the evaluation, the program's output, the score, the
@@ -41,11 +49,16 @@ import anyio.from_thread
 
 from ._copy import private_copy
 from ._dataset import NO_OUTPUT, Example, examples_from_rows
+from ._exceptions import ConfigError
+from ._lm import check_keys, resolve_models, served, simulator_config
+from ._loader import UserFunction
 from ._reflection import from_program, reflection_feedback
 from ._results import Result
 
 if TYPE_CHECKING:
     from gepa.core.adapter import EvaluationBatch, ProposalFn
+
+    from ._pipeline import EvaluatorStatistics
 
 __all__ = ["EvaluatorAdapter", "Trajectory"]
 
@@ -107,6 +120,11 @@ class EvaluatorAdapter:
         propose_new_texts: ProposalFn | None = None,
         backend: str = "asyncio",
         backend_options: dict[str, Any] | None = None,
+        metric_lm: Any = None,
+        reflection_lm: Any = None,
+        rpm: float | None = None,
+        tpm: float | None = None,
+        simulator: Any = None,
         **evaluator_options: Any,
     ) -> Iterator[Self]:
         """Open an ``Evaluator(**evaluator_options)`` on a loop of its own, for a sync host.
@@ -115,16 +133,65 @@ class EvaluatorAdapter:
         gepa.optimize(..., adapter=adapter)``. The loop runs in a portal thread; leaving
         the block closes the engine (its pools and workers) and stops the loop. Errors
         score the engine's ``failure_score`` (an ``Evaluator`` option, like the others).
+
+        A judge metric's model: ``metric_lm`` (a ``dspy.LM``, an ``llm_client.ModelConfig``
+        or a litellm-style name such as ``"openai/gpt-4o-mini"``), else ``reflection_lm``
+        (the fallback: the model name you give ``gepa.optimize``), or ``models=`` as for
+        ``Evaluator``. ``rpm``/``tpm`` limit every model; ``simulator`` (a
+        ``SimulatorConfig``, a dict of its fields or a JSON file) serves them all from a
+        local simulator, with no key. Keys are read here, before anything runs.
         """
         from ._pipeline import Evaluator
 
-        with anyio.from_thread.start_blocking_portal(backend, backend_options) as portal:
+        judge = resolve_models(
+            lm=metric_lm,
+            reflection_lm=reflection_lm,
+            models=evaluator_options.pop("models", None),
+            rpm=rpm,
+            tpm=tpm,
+            lm_option="metric_lm",
+            keep_program=True,
+        )
+        if judge.options:
+            names = ", ".join(map(repr, sorted(judge.options)))
+            raise ConfigError(
+                f"the judge's model carries request options ({names}) that an Evaluator "
+                "does not add to each call; drop them from the LM and pass them in the "
+                "metric's llm(...) call instead"
+            )
+        served_by = simulator_config(simulator)
+        models = judge.models
+        if served_by is None:
+            check_keys(judge)
+        elif models.program is None and models.judge is None:
+            raise ConfigError(
+                "serves the models, but no model is given: pass metric_lm=, reflection_lm= "
+                "or models= too",
+                option="simulator",
+            )
+        with (
+            anyio.from_thread.start_blocking_portal(backend, backend_options) as portal,
+            portal.wrap_async_context_manager(served(models, served_by)) as models,
+        ):
             # Built on the portal's loop: the engine binds nothing to a loop outside it.
-            engine = portal.call(lambda: Evaluator(**evaluator_options))
+            engine = portal.call(lambda: Evaluator(models=models, **evaluator_options))
+            if models.judge is None and _calls_llm(engine.metric):
+                logger.warning(
+                    "%s calls skynet.llm, but no model serves the metric: pass metric_lm=, "
+                    "reflection_lm= or models= to EvaluatorAdapter.open (each example "
+                    "scores as an error otherwise)",
+                    engine.metric.path.name,
+                )
             with portal.wrap_async_context_manager(engine) as evaluator:
                 adapter = cls(evaluator, propose_new_texts=propose_new_texts)
                 adapter._portal = portal
                 yield adapter
+
+    def statistics(self) -> EvaluatorStatistics:
+        """The engine's statistics: examples, executors, and the models' calls, 429s,
+        retries and cost (``models.judge_cost_usd`` is the judge's)."""
+        stats: EvaluatorStatistics = self.evaluator.statistics()
+        return stats
 
     # -- the bridge from GEPA's synchronous calls to the engine's loop --------------------
 
@@ -300,6 +367,14 @@ class EvaluatorAdapter:
             trajectories=trajectories if capture_traces else None,
             objective_scores=_objective_scores(objectives, scores, results),
         )
+
+
+def _calls_llm(metric: UserFunction) -> bool:
+    """Whether the metric's module imported ``skynet.llm`` or ``skynet.allm`` by name."""
+    from ._facade import allm, llm
+
+    module = metric.module
+    return module is not None and any(v is llm or v is allm for v in vars(module).values())
 
 
 def _private(example: Example) -> Example:

@@ -4,10 +4,19 @@ Each file is imported under a name derived from its absolute path, so two files 
 called ``metric.py`` never collide and a worker process that imports the same path gets
 the same module name (objects defined there pickle across processes). The file's folder
 is put on ``sys.path`` so that it can import its siblings.
+
+Loading also tells what the function's calls will wait on: a module that calls a model
+(``skynet.llm``, or an SDK: openai, litellm, dspy, anthropic) makes its function
+*model-bound*, which the engine runs in as many threads as the model budget can use,
+where a CPU-bound one gets worker processes. That is read from the module's imports
+(its source, so an import inside a function counts and a word in a string does not),
+from the objects it holds (an SDK client handed over by a helper module), and from the
+imports of the sibling modules it uses, one level deep.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
 import inspect
@@ -22,9 +31,20 @@ from typing import Any
 
 from ._exceptions import STEP_FILE, STEP_SIGNATURE, ContractError
 
-__all__ = ["EXECUTIONS", "UserFunction", "load_function", "load_metric", "load_program"]
+__all__ = [
+    "EXECUTIONS",
+    "MODEL_SDKS",
+    "UserFunction",
+    "load_function",
+    "load_metric",
+    "load_program",
+]
 
 EXECUTIONS = ("process", "thread", "async", "inline")
+#: Packages whose calls wait on a model: a module importing one is model-bound.
+MODEL_SDKS = ("openai", "litellm", "dspy", "anthropic")
+_SKYNET_LLM = "skynet.llm"
+_MODEL_USES = (_SKYNET_LLM, *MODEL_SDKS)  # the order they are reported in
 
 _lock = threading.Lock()
 
@@ -44,6 +64,13 @@ class UserFunction:
     reward_spec: Any = field(default=None, repr=False, compare=False)
     has_reward_spec: bool = False
     module: types.ModuleType | None = field(default=None, repr=False, compare=False)
+    model_use: tuple[str, ...] = ()
+    """How the module calls a model: "skynet.llm" and the SDKs it uses, in that order."""
+
+    @property
+    def model_bound(self) -> bool:
+        """Whether its calls wait on a model (``skynet.llm`` or a model SDK)."""
+        return self.uses_llm or bool(self.model_use)
 
 
 def _module_name(path: Path) -> str:
@@ -139,16 +166,96 @@ def _arity(fn: Callable[..., Any], name: str, path: Path, line: int | None) -> i
     )
 
 
-def _uses_llm(module: types.ModuleType) -> bool:
-    """Whether the module imported ``skynet.llm`` (or the ``skynet`` module itself)."""
+def _root(name: object) -> str:
+    return name.split(".", 1)[0] if isinstance(name, str) else ""
+
+
+def _import_uses(node: ast.Import | ast.ImportFrom, found: set[str], skynet: set[str]) -> None:
+    """Add the model uses one import statement shows; note the names `skynet` is bound to."""
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            root = _root(alias.name)
+            if root in MODEL_SDKS:
+                found.add(root)
+            elif alias.name == "skynet":
+                skynet.add(alias.asname or "skynet")
+        return
+    if node.level:  # a relative import: the user's own package
+        return
+    root = _root(node.module)
+    if root in MODEL_SDKS:
+        found.add(root)
+    elif node.module == "skynet" and any(a.name in ("llm", "allm", "*") for a in node.names):
+        found.add(_SKYNET_LLM)
+
+
+def _source_uses(path: Path) -> set[str] | None:
+    """The model uses of the Python file ``path`` (None when its source cannot be read):
+    imports anywhere in it, and ``skynet.llm`` / ``skynet.allm`` after ``import skynet``."""
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    found: set[str] = set()
+    skynet: set[str] = set()
+    nodes = list(ast.walk(tree))
+    for node in nodes:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            _import_uses(node, found, skynet)
+    if skynet:
+        for node in nodes:
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in ("llm", "allm")
+                and isinstance(node.value, ast.Name)
+                and node.value.id in skynet
+            ):
+                found.add(_SKYNET_LLM)
+                break
+    return found
+
+
+def _value_uses(value: object) -> tuple[str | None, str | None]:
+    """(the model use, the module it comes from) of one of a module's globals."""
     from . import _facade
 
-    for value in vars(module).values():
-        if value is _facade.llm or value is _facade.allm:
-            return True
-        if isinstance(value, types.ModuleType) and value.__name__ == "skynet":
-            return True
-    return False
+    if value is _facade.llm or value is _facade.allm:
+        return _SKYNET_LLM, None
+    name: object
+    if isinstance(value, types.ModuleType):
+        name = value.__name__
+    elif isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)):
+        name = getattr(value, "__module__", None)
+    else:
+        name = type(value).__module__  # an SDK client built by a helper module
+    root = _root(name)
+    if root in MODEL_SDKS:
+        return root, None
+    return None, name if isinstance(name, str) else None
+
+
+def _model_use(module: types.ModuleType, path: Path) -> tuple[str, ...]:
+    """How ``module`` (the file ``path``) calls a model; see the module docstring."""
+    found = _source_uses(path)
+    if found is None:
+        found = set()
+        if any(
+            isinstance(v, types.ModuleType) and v.__name__ == "skynet"
+            for v in vars(module).values()
+        ):
+            found.add(_SKYNET_LLM)  # no source to tell what it uses: assume the model
+    siblings: set[Path] = set()
+    for value in list(vars(module).values()):
+        use, origin = _value_uses(value)
+        if use is not None:
+            found.add(use)
+        elif origin is not None and origin != module.__name__:
+            file = getattr(sys.modules.get(origin), "__file__", None)
+            if file and Path(file).parent == path.parent and Path(file) != path:
+                siblings.add(Path(file))
+    for sibling in sorted(siblings):  # the user's own helpers, one level deep
+        found |= _source_uses(sibling) or set()
+    return tuple(use for use in _MODEL_USES if use in found)
 
 
 def load_function(path: str | Path, name: str) -> UserFunction:
@@ -178,6 +285,7 @@ def load_function(path: str | Path, name: str) -> UserFunction:
     except (OSError, TypeError):
         line = None
     arity = _arity(fn, name, resolved, line)
+    model_use = _model_use(module, resolved)
     execution = getattr(module, "EXECUTION", None)
     if execution is not None and execution not in EXECUTIONS:
         raise ContractError(
@@ -195,11 +303,12 @@ def load_function(path: str | Path, name: str) -> UserFunction:
         fn=fn,
         arity=arity,
         is_async=is_async,
-        uses_llm=_uses_llm(module),
+        uses_llm=_SKYNET_LLM in model_use,
         execution=execution,
         reward_spec=getattr(module, "REWARD_SPEC", None),
         has_reward_spec=hasattr(module, "REWARD_SPEC"),
         module=module,
+        model_use=model_use,
     )
 
 

@@ -24,16 +24,24 @@ import msgspec
 from llm_client import ModelConfig
 
 from ._context import Stage
+from ._report import ModelBudget
 from ._results import Observation, Usage
 
 if TYPE_CHECKING:
-    from llm_client import ModelClient
+    from llm_client import GovernorStatistics, ModelClient
 
     from ._sdk._gateway import Gateway, ModelPort
 
-__all__ = ["Budget", "Meter", "MeterBook", "ModelRouter", "ModelStatistics", "Models"]
+__all__ = ["Meter", "MeterBook", "ModelRouter", "ModelStatistics", "Models", "budget_source"]
 
 _T = TypeVar("_T")
+
+
+def budget_source(stats: GovernorStatistics) -> str:
+    """Where a governor's budget came from: "configured", "learned from headers",
+    "adaptive (429s)" or "none" (the governor says it: ``GovernorStatistics.budget_source``).
+    """
+    return stats.budget_source
 
 
 class Models(msgspec.Struct, frozen=True, kw_only=True):
@@ -196,17 +204,6 @@ class MeterBook(dict[int, Meter]):
 _STICKY = -1
 
 
-class Budget(msgspec.Struct, frozen=True, kw_only=True):
-    """The rate budget one model client is held to, and where it came from."""
-
-    model: str
-    base_url: str
-    rpm: float | None
-    rpm_source: str
-    tpm: float | None
-    tpm_source: str
-
-
 class ModelStatistics(msgspec.Struct, frozen=True, kw_only=True):
     """Model calls made through the engine since it opened, by stage."""
 
@@ -218,7 +215,6 @@ class ModelStatistics(msgspec.Struct, frozen=True, kw_only=True):
     program_cost_usd: float | None = 0.0
     judge_cost_usd: float | None = 0.0
     sdk_calls: int = 0  # of the calls above, those routed from the user's own SDK
-    budgets: tuple[Budget, ...] = ()  # the rate budget in force per model, and its source
 
 
 class ModelRouter:
@@ -382,28 +378,28 @@ class ModelRouter:
             program_cost_usd=program.cost_usd,
             judge_cost_usd=judge.cost_usd,
             sdk_calls=self._gateway.routed if self._gateway is not None else 0,
-            budgets=self._budgets(),
         )
 
-    def _budgets(self) -> tuple[Budget, ...]:
-        clients = [c for c in (self._program, self._judge) if c is not None]
-        if self._gateway is not None:
-            clients += self._gateway.clients()
-        seen: set[int] = set()
+    def budgets(self) -> tuple[ModelBudget, ...]:
+        """The rate budget in force for each model client (open), and where it came from."""
+        roles: dict[int, tuple[ModelClient, list[str]]] = {}
+        for role, client in (("program", self._program), ("judge", self._judge)):
+            if client is not None:
+                roles.setdefault(id(client), (client, []))[1].append(role)
+        # SDK hook: the clients opened for the user's own SDK calls to other models.
+        for client in self._gateway.clients() if self._gateway is not None else ():
+            roles.setdefault(id(client), (client, []))[1].append("sdk")
         budgets = []
-        for client in clients:
-            if id(client) in seen:
-                continue
-            seen.add(id(client))
+        for client, names in roles.values():
             stats = client.statistics()
             budgets.append(
-                Budget(
+                ModelBudget(
                     model=client.config.model,
-                    base_url=client.config.base_url,
+                    roles=tuple(names),
+                    max_concurrency=stats.max_concurrency,
                     rpm=stats.rpm,
-                    rpm_source=stats.rpm_source,
                     tpm=stats.tpm,
-                    tpm_source=stats.tpm_source,
+                    source=budget_source(stats),
                 )
             )
         return tuple(budgets)

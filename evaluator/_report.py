@@ -8,6 +8,11 @@ returns a frozen :class:`Report` at any moment.
 Denominators are explicit: ``n`` = ``ok`` + the sum of ``errors``; the mean over all
 examples counts each error at the failure score, and the mean over the ok ones says how
 many it covers, so an error never silently vanishes from a mean.
+
+A report also says how the engine ran: which executor each stage used, how many calls
+it ran at once and why (:class:`StageExecution`), and the rate budget in force for each
+model and where it came from (:class:`ModelBudget`), because throughput is read against
+them.
 """
 
 from __future__ import annotations
@@ -18,9 +23,17 @@ from collections.abc import Iterable
 
 import msgspec
 
-from ._results import ERROR_KINDS, Result
+from ._results import ERROR_KINDS, Observation, Result, Usage
 
-__all__ = ["Latency", "NamedScore", "Report", "ReportBuilder", "report_rows"]
+__all__ = [
+    "Latency",
+    "ModelBudget",
+    "NamedScore",
+    "Report",
+    "ReportBuilder",
+    "StageExecution",
+    "report_rows",
+]
 
 # Latency histogram: buckets of 1 % relative width from 1 µs up; percentiles are read
 # at the bucket's geometric centre, so they are within 0.5 % of the exact value.
@@ -45,6 +58,54 @@ class NamedScore(msgspec.Struct, frozen=True):
 
     mean: float
     count: int
+
+
+class StageExecution(msgspec.Struct, frozen=True, kw_only=True):
+    """Where one stage's calls ran, how many at once, and why there."""
+
+    stage: str
+    """ "run" (the program) or "score" (the metric)."""
+    kind: str
+    """The executor: "async", "thread", "inline" or "process"."""
+    parallelism: int
+    """Calls it ran at once, as the executor itself says."""
+    source: str
+    """What chose it: "automatic", "EXECUTION" (the user's file) or "option"."""
+    reason: str
+    """Why, in words: "calls openai (model-bound)", "plain sync function (CPU-bound)"."""
+    option: str | None = None
+    """The option that chose it (its API name), when ``source`` is "option"."""
+
+    def describe(self, option_flag: str | None = None) -> str:
+        """``"thread x64: calls openai (model-bound)"``; ``option_flag`` names the option
+        as the caller knows it (``--execution`` on the command line)."""
+        reason = self.reason
+        if self.source == "option" and option_flag is not None:
+            reason = f"option {option_flag}"
+        return f"{self.kind} x{self.parallelism}: {reason}"
+
+
+class ModelBudget(msgspec.Struct, frozen=True, kw_only=True):
+    """The rate budget in force for one model, and where it came from."""
+
+    model: str
+    roles: tuple[str, ...]
+    """What the model served: "program", "judge" (one model may serve both)."""
+    max_concurrency: int
+    rpm: float | None
+    tpm: float | None
+    source: str
+    """ "configured", "learned from headers", "adaptive (429s)" or "none" (no rpm/tpm)."""
+
+    def describe(self) -> str:
+        """``"64 in flight, 600 rpm, no tpm limit (configured)"``."""
+        if self.rpm is None and self.tpm is None:
+            limits = "no rpm/tpm limit"
+        else:
+            rpm = "no rpm limit" if self.rpm is None else f"{self.rpm:g} rpm"
+            tpm = "no tpm limit" if self.tpm is None else f"{self.tpm:g} tpm"
+            limits = f"{rpm}, {tpm}"
+        return f"{self.max_concurrency} in flight, {limits} ({self.source})"
 
 
 class Report(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,6 +137,8 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     retries: int
     abandoned_threads: int = 0
     resumed: int = 0
+    executors: tuple[StageExecution, ...] = ()
+    model_budgets: tuple[ModelBudget, ...] = ()
 
     @property
     def error_count(self) -> int:
@@ -169,18 +232,26 @@ class ReportBuilder:
             self._sum_all += score
             self._sum_ok += score
             if result.scores:
-                named = self._named
-                for name, value in result.scores.items():
-                    entry = named.get(name)
-                    if entry is None:
-                        named[name] = [value, 1.0]
-                    else:
-                        entry[0] += value
-                        entry[1] += 1.0
+                self._add_named(result.scores)
         else:
             self._sum_all += result.score
             self.errors[error.kind] = self.errors.get(error.kind, 0) + 1
-        obs = result.observation
+        self._add_program(result.observation)
+        if result.metric_ms is not None:
+            self._metric.add(result.metric_ms)
+        self._add_judge(result.judge)
+
+    def _add_named(self, scores: dict[str, float]) -> None:
+        named = self._named
+        for name, value in scores.items():
+            entry = named.get(name)
+            if entry is None:
+                named[name] = [value, 1.0]
+            else:
+                entry[0] += value
+                entry[1] += 1.0
+
+    def _add_program(self, obs: Observation) -> None:
         if obs.duration_ms is not None:
             self._program.add(obs.duration_ms)
             self._own.add(max(0.0, obs.duration_ms - obs.queued_ms))
@@ -189,8 +260,6 @@ class ReportBuilder:
             else:
                 self.program_cost_measured += 1
                 self.program_cost += obs.cost_usd
-        if result.metric_ms is not None:
-            self._metric.add(result.metric_ms)
         # Retries and 429s count even for a call that was given up (no llm_calls then).
         if obs.llm_calls:
             self.program_llm_calls += obs.llm_calls
@@ -198,7 +267,8 @@ class ReportBuilder:
             self.output_tokens += obs.output_tokens
         self.retries += obs.retries
         self.rate_limited += obs.rate_limited
-        judge = result.judge
+
+    def _add_judge(self, judge: Usage) -> None:
         if judge.llm_calls:
             self.judge_llm_calls += judge.llm_calls
             self.input_tokens += judge.input_tokens
@@ -219,7 +289,16 @@ class ReportBuilder:
         """Measure wall time and throughput from now (after a contract check, say)."""
         self._started = time.perf_counter()
 
-    def build(self, *, abandoned_threads: int = 0, wall_s: float | None = None) -> Report:
+    def build(
+        self,
+        *,
+        abandoned_threads: int = 0,
+        wall_s: float | None = None,
+        executors: tuple[StageExecution, ...] = (),
+        model_budgets: tuple[ModelBudget, ...] = (),
+    ) -> Report:
+        """The report of what was added so far; ``executors`` and ``model_budgets`` say
+        how the engine ran (``Evaluator.build_report`` passes them)."""
         wall = time.perf_counter() - self._started if wall_s is None else wall_s
         named = {
             name: NamedScore(total / count, int(count))
@@ -257,40 +336,51 @@ class ReportBuilder:
             retries=self.retries,
             abandoned_threads=abandoned_threads,
             resumed=self.resumed,
+            executors=executors,
+            model_budgets=model_budgets,
         )
 
 
-def report_rows(report: Report) -> list[tuple[str, str]]:
-    """The report as (label, value) rows for a table or plain text."""
+Rows = list[tuple[str, str]]
 
-    def ms(value: float | None) -> str:
-        return "-" if value is None else f"{value:,.1f} ms" if value >= 1 else f"{value:.3f} ms"
+#: How a stage is named in the report's rows.
+_STAGE_NAMES = {"run": "program", "score": "metric"}
 
-    def usd(value: float | None, unmeasured: int) -> str:
-        if value is None:
-            return (
-                f"unmeasured ({unmeasured} example(s) without a known price or with "
-                "network traffic the engine did not meter; their notes say which)"
-            )
-        return f"${value:.6f}"
 
+def report_rows(report: Report, *, option_flags: dict[str, str] | None = None) -> Rows:
+    """The report as (label, value) rows for a table or plain text.
+
+    ``option_flags`` maps an option's API name to the name its reader knows it by (the
+    command line's ``--execution``), for the executor lines.
+    """
+    return [
+        *_count_rows(report),
+        *_latency_rows(report),
+        *_cost_rows(report),
+        *_engine_rows(report, option_flags or {}),
+    ]
+
+
+def _count_rows(report: Report) -> Rows:
     def mean(value: float | None) -> str:
         return "-" if value is None else f"{value:.4f}"
 
-    rows: list[tuple[str, str]] = [
-        (
-            "examples",
-            f"{report.n:,}"
-            + (f" ({report.resumed:,} from an earlier run)" if report.resumed else ""),
-        ),
-        ("ok", f"{report.ok:,}"),
-    ]
+    resumed = f" ({report.resumed:,} from an earlier run)" if report.resumed else ""
+    rows: Rows = [("examples", f"{report.n:,}{resumed}"), ("ok", f"{report.ok:,}")]
     for kind, count in report.errors.items():
         rows.append((f"error: {kind}", f"{count:,} of {report.n:,}"))
     rows.append((f"mean score (all, errors at {report.failure_score:g})", mean(report.mean_score)))
     rows.append((f"mean score (ok, n={report.ok:,})", mean(report.mean_score_ok)))
     for name, named in report.scores.items():
         rows.append((f"  {name} (n={named.count:,})", f"{named.mean:.4f}"))
+    return rows
+
+
+def _latency_rows(report: Report) -> Rows:
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value:,.1f} ms" if value >= 1 else f"{value:.3f} ms"
+
+    rows: Rows = []
     for label, lat in (("program", report.program_latency), ("metric", report.metric_latency)):
         if lat.count:
             rows.append(
@@ -302,19 +392,41 @@ def report_rows(report: Report) -> list[tuple[str, str]]:
     rows.append(("wall time", f"{report.wall_s:,.2f} s"))
     if report.throughput is not None:
         rows.append(("throughput", f"{report.throughput:,.1f} examples/s"))
+    return rows
+
+
+def _cost_rows(report: Report) -> Rows:
+    def usd(value: float | None, unmeasured: int) -> str:
+        if value is None:
+            return (
+                f"unmeasured ({unmeasured} example(s) without a known price or with "
+                "network traffic the engine did not meter; their notes say which)"
+            )
+        return f"${value:.6f}"
+
+    rows: Rows = []
     if report.program_cost_measured or report.program_cost_unmeasured:
         rows.append(("program cost", usd(report.program_cost_usd, report.program_cost_unmeasured)))
     if report.judge_llm_calls or report.judge_cost_unmeasured:
         rows.append(("judge cost", usd(report.judge_cost_usd, report.judge_cost_unmeasured)))
     if report.program_llm_calls or report.judge_llm_calls:
-        rows.append(
-            (
-                "model calls",
-                f"{report.program_llm_calls:,} program, {report.judge_llm_calls:,} judge",
-            )
-        )
+        calls = f"{report.program_llm_calls:,} program, {report.judge_llm_calls:,} judge"
+        rows.append(("model calls", calls))
         rows.append(("tokens in / out", f"{report.input_tokens:,} / {report.output_tokens:,}"))
         rows.append(("429s / retries", f"{report.rate_limited:,} / {report.retries:,}"))
+    return rows
+
+
+def _engine_rows(report: Report, option_flags: dict[str, str]) -> Rows:
+    rows: Rows = []
+    for stage in report.executors:
+        flag = None if stage.option is None else option_flags.get(stage.option)
+        name = _STAGE_NAMES.get(stage.stage, stage.stage)
+        rows.append((f"{name} executor", stage.describe(flag)))
+    for budget in report.model_budgets:
+        rows.append(
+            (f"model budget: {budget.model} ({', '.join(budget.roles)})", budget.describe())
+        )
     if report.abandoned_threads:
         rows.append(("abandoned threads", f"{report.abandoned_threads:,}"))
     return rows

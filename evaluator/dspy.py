@@ -1,10 +1,21 @@
 """DSPy integration: the user's ``score`` as a metric for every DSPy optimizer.
 
-Importing this module does not import dspy; dspy is needed only when ``dspy.GEPA`` asks
-for feedback (the reply is a ``dspy.Prediction``).
+``to_dspy_metric`` adapts the metric; a judge metric's model is given to it (``lm=``,
+``reflection_lm=``, ``models=``) and served by an engine the metric owns (close it with
+``with`` or ``close()``). Importing this module does not import dspy; dspy is needed
+only when ``dspy.GEPA`` asks for feedback (the reply is a ``dspy.Prediction``).
 """
 
+from ._background import EngineClosedError as EngineClosedError
 from ._dspy import DSPyMetric as DSPyMetric
+from ._dspy import DSPyMetricStatistics as DSPyMetricStatistics
+from ._dspy import NoModelError as NoModelError
 from ._dspy import to_dspy_metric as to_dspy_metric
 
-__all__ = ["DSPyMetric", "to_dspy_metric"]
+__all__ = [
+    "DSPyMetric",
+    "DSPyMetricStatistics",
+    "EngineClosedError",
+    "NoModelError",
+    "to_dspy_metric",
+]

@@ -58,6 +58,7 @@ class GovernorStatistics(msgspec.Struct, frozen=True, kw_only=True):
     tpm: float | None
     rpm_source: BudgetSource
     tpm_source: BudgetSource
+    budget_source: BudgetSource  # the request budget's source, else the token budget's
     max_concurrency: int
     in_flight: int  # admitted attempts not yet settled
     waiting: int  # callers queued for admission
@@ -489,6 +490,7 @@ class RateGovernor:
             tpm=self._tpm,
             rpm_source=self._rpm_source,
             tpm_source=self._tpm_source,
+            budget_source=self._rpm_source if self._rpm_source != "none" else self._tpm_source,
             max_concurrency=self._max_concurrency,
             in_flight=self._in_flight,
             waiting=self._waiting,

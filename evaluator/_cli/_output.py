@@ -92,7 +92,10 @@ def print_report(report: Report, out: Console, *, interrupted: bool, output: str
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
-    for label, value in report_rows(report):
+    # The options that chose an executor, named as their flags (`execution` is
+    # --execution): the same mapping from an option's name to its flag as errors use.
+    flags = {s.option: "--" + s.option.replace("_", "-") for s in report.executors if s.option}
+    for label, value in report_rows(report, option_flags=flags):
         table.add_row(label, value)
     out.print(table)
     if output:

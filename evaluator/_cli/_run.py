@@ -128,7 +128,7 @@ async def _main(options: RunOptions, serving: Serving, plan: _Plan, stream: Text
         checked = [r for r in checked if r.example_id not in plan.done]
         plan.done.update(r.example_id for r in checked)
         cancelled = await _evaluate(ev, options, plan, checked)
-        report = plan.builder.build(abandoned_threads=ev.statistics().abandoned_threads)
+        report = ev.build_report(plan.builder)
         if options.json:
             write_json(stream, report)
         else:

@@ -92,13 +92,16 @@ class ExecutorOptions:
     """How an executor is opened: the per-call timeout and its sizing options.
 
     ``workers`` sizes a thread pool or the worker processes (None: the executor's own
-    default), ``concurrency`` bounds the async executor's calls at once,
-    ``max_calls_per_worker`` and ``memory_limit_mb`` apply to worker processes, and
-    ``llm_handler`` answers ``skynet.llm`` from the calls (None: no model).
+    default), ``model_budget`` is the calls in flight the stage's model allows when the
+    function is model-bound (a thread pool runs that many threads unless ``workers``
+    says otherwise), ``concurrency`` bounds the async executor's calls at once and a
+    thread pool's size, ``max_calls_per_worker`` and ``memory_limit_mb`` apply to worker
+    processes, and ``llm_handler`` answers ``skynet.llm`` from the calls (None: no model).
     """
 
     timeout: float
     workers: int | None = None
+    model_budget: int | None = None
     concurrency: int | None = None
     max_calls_per_worker: int | None = None
     memory_limit_mb: int | None = None
@@ -107,6 +110,7 @@ class ExecutorOptions:
     def __post_init__(self) -> None:
         validate_timeout(self.timeout, "timeout", upper=None)
         validate_count(self.workers, "workers")
+        validate_count(self.model_budget, "model_budget")
         validate_count(self.concurrency, "concurrency")
         validate_count(self.max_calls_per_worker, "max_calls_per_worker")
         validate_count(self.memory_limit_mb, "memory_limit_mb")

@@ -38,6 +38,8 @@ def open_executor(
             stage,
             timeout=options.timeout,
             workers=options.workers,
+            model_budget=options.model_budget,
+            concurrency=options.concurrency,
             llm_handler=options.llm_handler,
         )
     if execution == "inline":

@@ -32,7 +32,31 @@ from .._options import validate_count
 from ._base import ExecutionKind, ExecutorStatistics, check_executor
 from ._bridge import LoopBridge
 
-__all__ = ["InlineExecutor", "ThreadExecutor", "ThreadExecutorStatistics"]
+__all__ = [
+    "MAX_MODEL_THREADS",
+    "InlineExecutor",
+    "ThreadExecutor",
+    "ThreadExecutorStatistics",
+    "pool_size",
+]
+
+#: Threads at most for a model-bound function, whatever its model budget: past a few
+#: hundred, threads cost memory and switches while the governor holds them anyway.
+MAX_MODEL_THREADS = 256
+
+
+def pool_size(workers: int | None, model_budget: int | None, concurrency: int | None) -> int:
+    """How many threads a pool runs: ``workers`` if given; else, for a model-bound
+    function, its model budget (calls in flight, up to :data:`MAX_MODEL_THREADS`); else
+    eight per core, at most 64. Never more than ``concurrency``: no more calls than that
+    are ever in flight."""
+    if workers is not None:
+        size = workers
+    elif model_budget is not None:
+        size = min(model_budget, MAX_MODEL_THREADS)
+    else:
+        size = min(64, (os.cpu_count() or 1) * 8)
+    return size if concurrency is None else min(size, concurrency)
 
 
 class ThreadExecutorStatistics(ExecutorStatistics, frozen=True, kw_only=True):
@@ -55,6 +79,7 @@ class _Job:
     """
 
     __slots__ = (
+        "bridges",
         "calls",
         "cancelled",
         "claims",
@@ -76,6 +101,7 @@ class _Job:
         self.loop = loop
         self.future: asyncio.Future[None] = loop.create_future()
         self.running: dict[int, tuple[_Worker, int]] = {}  # index -> thread, start
+        self.bridges: dict[int, LoopBridge] = {}  # index -> the model bridge of a running call
         self.cancelled = False
         self.timer: asyncio.TimerHandle | None = None
 
@@ -131,7 +157,9 @@ class _Worker(threading.Thread):
             if index >= size:
                 break
             call = calls[index]
-            bridge = None if handler is None else LoopBridge(loop, handler, call.token, stage)
+            bridge = None
+            if handler is not None:
+                bridge = job.bridges[index] = LoopBridge(loop, handler, call.token, stage)
             self.in_call = True
             started = clock()
             running[index] = (self, started)
@@ -139,6 +167,8 @@ class _Worker(threading.Thread):
                 outcome = invoke(call, bridge, started)
             except BaseException as exc:  # KeyboardInterrupt and such, from user code
                 outcome = invoker.failed(exc, started)
+            if bridge is not None:
+                del job.bridges[index]
             self.in_call = False
             self.calls += 1
             if running.pop(index, None) is None:
@@ -154,8 +184,10 @@ class _Worker(threading.Thread):
 class ThreadExecutor:
     """A bounded pool of daemon threads for sync user functions, with per-call timeouts.
 
-    ``workers`` threads at most (default: eight per core, at most 64), started lazily:
-    a cheap metric never needs more than one.
+    Its size is :func:`pool_size` of ``workers``, ``model_budget`` (the calls in flight
+    a model-bound function's model allows) and ``concurrency``. Threads start lazily, as
+    many as the calls submitted and not returned yet: a cheap metric never needs more
+    than one.
     """
 
     kind: ClassVar[ExecutionKind] = "thread"
@@ -167,13 +199,18 @@ class ThreadExecutor:
         *,
         timeout: float,
         workers: int | None = None,
+        model_budget: int | None = None,
+        concurrency: int | None = None,
         llm_handler: LLMHandler | None = None,
     ) -> None:
         self.timeout = check_executor(fn, stage, self.kind, timeout)
         self.fn = fn
         self.stage: Stage = stage
-        chosen = validate_count(workers, "workers")
-        self.workers = chosen if chosen is not None else min(64, (os.cpu_count() or 1) * 8)
+        self.workers = pool_size(
+            validate_count(workers, "workers"),
+            validate_count(model_budget, "model_budget"),
+            validate_count(concurrency, "concurrency"),
+        )
         self.handler = llm_handler
         self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._threads: set[_Worker] = set()
@@ -182,6 +219,7 @@ class ThreadExecutor:
         self._abandoned_total = 0
         self._numbers = itertools.count()
         self._timeouts = 0
+        self._outstanding = 0  # calls of the submits not returned yet, on the loop only
         self._loop: asyncio.AbstractEventLoop | None = None
         self._state = "new"
 
@@ -212,20 +250,29 @@ class ThreadExecutor:
         if not calls:
             return []
         job = _Job(calls, self._loop)
-        # Start threads lazily, up to the bound: a cheap metric never needs more than one.
-        wanted = min(len(calls), self.workers)
+        # Start threads lazily, as many as the calls of every submit not returned yet
+        # can use, up to the bound: sized by one submit's calls, many small submits at
+        # once (one example per chunk, as a slow judge gets) shared the few threads the
+        # first one started.
+        self._outstanding += job.size
+        wanted = min(self._outstanding, self.workers)
         while len(self._threads) < wanted:
             self._spawn()
-        for _ in range(wanted):
+        for _ in range(min(job.size, self.workers)):
             self.jobs.put(job)
         job.timer = self._loop.call_later(self.timeout, self._watch, job)
         try:
             await job.future
         except BaseException:
-            # Cancelled: stop claiming calls. The ones running finish on their own; the
-            # watchdog stays armed so that a hung one still frees its place in the pool.
+            # Cancelled: stop claiming calls, and stop the model calls the running ones
+            # wait on. They finish on their own; the watchdog stays armed so that a hung
+            # one still frees its place in the pool.
             job.cancelled = True
+            for bridge in list(job.bridges.values()):
+                bridge.cancel()
             raise
+        finally:
+            self._outstanding -= job.size
         job.timer.cancel()
         return cast(list[Outcome], job.outcomes)
 

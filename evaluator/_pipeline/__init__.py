@@ -1,6 +1,7 @@
 """The streaming evaluation pipeline: the :class:`Evaluator` and what it is made of.
 
-- ``_evaluator``: the Evaluator: its options, its lifetime, the public API;
+- ``_evaluator``: the Evaluator: its options, its lifetime, the public API, and where
+  each stage runs (:func:`choose_execution`);
 - ``_flow``: the flow of examples: source, chunk sizer, in-flight bound, dispatch,
   :class:`ResultStream`;
 - ``_assembly``: calls from examples and results from outcomes, as pure functions.
@@ -8,7 +9,14 @@
 
 from ._evaluator import Evaluator as Evaluator
 from ._evaluator import EvaluatorStatistics as EvaluatorStatistics
+from ._evaluator import ExecutionChoice as ExecutionChoice
 from ._evaluator import choose_execution as choose_execution
 from ._flow import ResultStream as ResultStream
 
-__all__ = ["Evaluator", "EvaluatorStatistics", "ResultStream", "choose_execution"]
+__all__ = [
+    "Evaluator",
+    "EvaluatorStatistics",
+    "ExecutionChoice",
+    "ResultStream",
+    "choose_execution",
+]

@@ -4,6 +4,10 @@ Options are checked when it is built (``ConfigError`` naming the option and the 
 its executors and model clients are opened by ``async with`` inside the running loop and
 closed when it exits, and its public methods hand the examples to the flow
 (``_flow.py``). Every example yields exactly one :class:`Result`, whatever happens to it.
+
+Each stage's executor is chosen here (:func:`choose_execution`), with the reason the
+report gives: a model-bound function (one that calls a model) runs in threads, as many
+as its model budget allows, because its calls wait on the model, not on a core.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from typing import Any
 
 import msgspec
 
+from llm_client import ModelConfig
+
 from .._aio import shielded
 from .._calls import LLMHandler
 from .._context import Stage
@@ -27,11 +33,23 @@ from .._executors._threads import ThreadExecutorStatistics
 from .._loader import EXECUTIONS, UserFunction, load_metric, load_program
 from .._models import ModelRouter, Models, ModelStatistics
 from .._options import MAX_TIMEOUT, validate_count, validate_timeout
-from .._report import Report, ReportBuilder
+from .._report import ModelBudget, Report, ReportBuilder, StageExecution
 from .._results import Result
 from ._flow import Flow, ResultStream, Source
 
-__all__ = ["Evaluator", "EvaluatorStatistics", "choose_execution"]
+__all__ = [
+    "DEFAULT_MODEL_BUDGET",
+    "Evaluator",
+    "EvaluatorStatistics",
+    "ExecutionChoice",
+    "choose_execution",
+]
+
+#: The calls in flight a model-bound function may keep when its model is not known
+#: (an SDK with its own base URL): the model client's default ``max_concurrency``.
+DEFAULT_MODEL_BUDGET: int = next(
+    f.default for f in msgspec.structs.fields(ModelConfig) if f.name == "max_concurrency"
+)
 
 
 class EvaluatorStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -48,37 +66,89 @@ class EvaluatorStatistics(msgspec.Struct, frozen=True, kw_only=True):
     program: Any
     models: ModelStatistics
     abandoned_threads: int
+    executors: tuple[StageExecution, ...] = ()
+    """Where each stage ran, how many calls at once, and why (empty until opened)."""
+    model_budgets: tuple[ModelBudget, ...] = ()
+    """The rate budget in force for each model (empty until opened)."""
 
 
-def choose_execution(fn: UserFunction, override: str | None, *, option: str) -> str:
+class ExecutionChoice(msgspec.Struct, frozen=True, kw_only=True):
+    """Where one stage's function runs, what chose it and why, and its model budget."""
+
+    kind: str
+    source: str
+    """ "automatic", "EXECUTION" (the user's file) or "option"."""
+    reason: str
+    option: str | None = None
+    model_budget: int | None = None
+    """Calls in flight its model allows, when the function is model-bound."""
+
+
+def _reason(fn: UserFunction) -> str:
+    if fn.is_async:
+        return "async def"
+    if fn.model_bound:
+        uses = ", ".join(fn.model_use) or "skynet.llm"
+        return f"calls {uses} (model-bound)"
+    return "plain sync function (CPU-bound)"
+
+
+def choose_execution(
+    fn: UserFunction, override: str | None, *, option: str, model: ModelConfig | None = None
+) -> ExecutionChoice:
     """Where ``fn`` runs: the option, else the module's ``EXECUTION``, else by its kind.
 
     No automatic choice runs user code on the loop's own thread unless it is
-    ``async def``: a sync function that calls ``skynet.llm`` (I/O bound) gets threads,
-    any other sync function gets worker processes.
+    ``async def``: a model-bound sync function (it calls ``skynet.llm`` or a model SDK)
+    gets threads, any other sync function gets worker processes. A model-bound
+    function's budget is the ``max_concurrency`` of ``model`` (the stage's model), or
+    :data:`DEFAULT_MODEL_BUDGET` when the stage has none (an SDK with its own base URL).
     """
+    budget = None
+    if fn.model_bound:
+        budget = model.max_concurrency if model is not None else DEFAULT_MODEL_BUDGET
     chosen = override if override is not None else fn.execution
     if chosen is None:
-        if fn.is_async:
-            return "async"
-        return "thread" if fn.uses_llm else "process"
-    if chosen not in EXECUTIONS:
-        problem = f"must be one of {', '.join(map(repr, EXECUTIONS))}, got {chosen!r}"
-    elif fn.is_async and chosen != "async":
-        problem = (
-            f"is {chosen!r} but `{fn.name}` in {fn.path} is `async def`; an async "
-            "function is awaited on the event loop: use 'async' (or leave it unset)"
+        kind = "async" if fn.is_async else "thread" if fn.model_bound else "process"
+        return ExecutionChoice(
+            kind=kind, source="automatic", reason=_reason(fn), model_budget=budget
         )
-    elif not fn.is_async and chosen == "async":
-        problem = (
-            f"is 'async' but `{fn.name}` in {fn.path} is a plain `def`; define it "
-            "with `async def`, or use 'thread', 'process' or 'inline'"
+    problem = _refusal(fn, chosen)
+    if problem is None and override is not None:
+        return ExecutionChoice(
+            kind=chosen,
+            source="option",
+            reason=f"option `{option}`",
+            option=option,
+            model_budget=budget,
         )
-    else:
-        return chosen
+    if problem is None:
+        return ExecutionChoice(
+            kind=chosen,
+            source="EXECUTION",
+            reason=f"EXECUTION in {fn.path.name}",
+            model_budget=budget,
+        )
     if override is not None:
         raise ConfigError(problem, option=option, value=override)
     raise ConfigError(f"EXECUTION in {fn.path} {problem}")
+
+
+def _refusal(fn: UserFunction, chosen: str) -> str | None:
+    """Why ``fn`` cannot run in ``chosen`` (None when it can)."""
+    if chosen not in EXECUTIONS:
+        return f"must be one of {', '.join(map(repr, EXECUTIONS))}, got {chosen!r}"
+    if fn.is_async and chosen != "async":
+        return (
+            f"is {chosen!r} but `{fn.name}` in {fn.path} is `async def`; an async "
+            "function is awaited on the event loop: use 'async' (or leave it unset)"
+        )
+    if not fn.is_async and chosen == "async":
+        return (
+            f"is 'async' but `{fn.name}` in {fn.path} is a plain `def`; define it "
+            "with `async def`, or use 'thread', 'process' or 'inline'"
+        )
+    return None
 
 
 def _failure_score(value: Any) -> float:
@@ -105,10 +175,12 @@ class Evaluator:
     program call (default 600 s). ``execution`` / ``program_execution`` choose the
     executor ("process", "thread", "async", "inline"); by default the module's
     ``EXECUTION``, else ``async`` for ``async def``, ``thread`` for a sync function that
-    calls ``skynet.llm``, ``process`` for any other. ``workers`` sizes the thread pool or
-    the worker processes; ``concurrency`` bounds the examples in flight (and the async
-    executor's concurrent calls). ``models`` chooses the program, metric and reflection
-    models for ``skynet.llm``. An error result scores ``failure_score``.
+    calls a model (``skynet.llm``, openai, litellm, dspy, anthropic), with as many
+    threads as the stage's model budget (its ``max_concurrency``, else 64), ``process``
+    for any other. ``workers`` sizes the thread pool or the worker processes;
+    ``concurrency`` bounds the examples in flight (and the calls at once of every
+    executor). ``models`` chooses the program, metric and reflection models for
+    ``skynet.llm``. An error result scores ``failure_score``.
 
     Pools, model clients and processes are created by ``async with`` inside the running
     loop and released when it exits; a closed Evaluator cannot be reopened. Concurrent
@@ -157,12 +229,21 @@ class Evaluator:
             if isinstance(program, UserFunction)
             else load_program(program)
         )
-        self.metric_execution = choose_execution(self.metric, execution, option="execution")
-        self.program_execution = (
+        self.metric_choice = choose_execution(
+            self.metric, execution, option="execution", model=self.models.judge
+        )
+        self.program_choice = (
             None
             if self.program is None
-            else choose_execution(self.program, program_execution, option="program_execution")
+            else choose_execution(
+                self.program,
+                program_execution,
+                option="program_execution",
+                model=self.models.program,
+            )
         )
+        self.metric_execution = self.metric_choice.kind
+        self.program_execution = None if self.program_choice is None else self.program_choice.kind
         self._state = "new"
         self._stack: contextlib.AsyncExitStack | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -199,22 +280,23 @@ class Evaluator:
     def _open(self, stage: Stage, router: ModelRouter) -> Executor:
         """The (unopened) executor of ``stage``, with the router's model port."""
         if stage == "score":
-            fn, execution, timeout = self.metric, self.metric_execution, self.timeout
+            fn, choice, timeout = self.metric, self.metric_choice, self.timeout
         else:
-            assert self.program is not None and self.program_execution is not None
-            fn, execution, timeout = self.program, self.program_execution, self.program_timeout
+            assert self.program is not None and self.program_choice is not None
+            fn, choice, timeout = self.program, self.program_choice, self.program_timeout
         # SDK hook: every call gets the router's port (skynet.llm when the stage has a
         # model, and the user's own SDK calls, routed: evaluator/_sdk/).
         handler: LLMHandler | None = router.port
         options = ExecutorOptions(
             timeout=timeout,
             workers=self.workers,
+            model_budget=choice.model_budget,
             concurrency=self.concurrency,
             max_calls_per_worker=self.max_calls_per_worker,
             memory_limit_mb=self.memory_limit_mb,
             llm_handler=handler,
         )
-        return open_executor(fn, stage, execution, options)
+        return open_executor(fn, stage, choice.kind, options)
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
@@ -266,7 +348,16 @@ class Evaluator:
             builder.add_many(chunk)
 
         await self._flow.drive(artifact, Source(examples), add)
-        return builder.build(abandoned_threads=self._abandoned())
+        return self.build_report(builder)
+
+    def build_report(self, builder: ReportBuilder) -> Report:
+        """``builder``'s report, with how this Evaluator ran: each stage's executor and
+        why, the model budgets in force, the threads abandoned."""
+        return builder.build(
+            abandoned_threads=self._abandoned(),
+            executors=self._executors(),
+            model_budgets=self._budgets(),
+        )
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
@@ -290,7 +381,33 @@ class Evaluator:
             program=flow.program.statistics() if flow.program is not None else None,
             models=router.statistics() if router is not None else ModelStatistics(),
             abandoned_threads=self._abandoned(),
+            executors=self._executors(),
+            model_budgets=self._budgets(),
         )
+
+    def _executors(self) -> tuple[StageExecution, ...]:
+        """Each opened stage: its executor's kind and parallelism (its own word), and why."""
+        stages = []
+        for executor, choice in (
+            (self._flow.program, self.program_choice),
+            (self._flow.metric, self.metric_choice),
+        ):
+            if executor is not None and choice is not None:
+                stages.append(
+                    StageExecution(
+                        stage=executor.stage,
+                        kind=executor.kind,
+                        parallelism=executor.parallelism,
+                        source=choice.source,
+                        reason=choice.reason,
+                        option=choice.option,
+                    )
+                )
+        return tuple(stages)
+
+    def _budgets(self) -> tuple[ModelBudget, ...]:
+        router = self._flow.router
+        return () if router is None else router.budgets()
 
     def _abandoned(self) -> int:
         total = 0

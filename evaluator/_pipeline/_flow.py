@@ -152,8 +152,10 @@ class Flow:
     # -- bounds -----------------------------------------------------------------------
 
     def slots(self) -> int:
-        """How many calls the executors run at once: the parallelism to keep fed."""
-        return max([1, *(ex.parallelism for ex in (self.metric, self.program) if ex is not None)])
+        """How many calls the stages run at once between them: the parallelism to keep
+        fed. Summed, not the larger: a model-bound program and a judge metric each keep
+        their own model's calls in flight at the same time, on different examples."""
+        return max(1, sum(ex.parallelism for ex in (self.metric, self.program) if ex is not None))
 
     def chunk_size(self) -> int:
         size = self.sizer.size

@@ -15,6 +15,8 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
     "name",
     [
         "bench_cpu.py",
+        "bench_dspy_judge.py",
+        "bench_e2e.py",
         "bench_faults.py",
         "bench_llm.py",
         "bench_pipeline.py",

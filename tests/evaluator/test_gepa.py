@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
 import re
 import textwrap
 import threading
@@ -15,8 +16,10 @@ import gepa
 import pytest
 from gepa import EvaluationBatch
 
+from evaluator import ConfigError, Models
 from evaluator._pipeline import Evaluator
 from evaluator.gepa import EvaluatorAdapter
+from llm_client import ModelConfig, Simulator, SimulatorConfig
 
 PROGRAM = '''
 def run(artifact, input):
@@ -315,6 +318,93 @@ class TestEvaluatorAdapter:
         """The adapter needs an object with evaluate_many."""
         with pytest.raises(TypeError, match="evaluate_many"):
             EvaluatorAdapter(object())
+
+
+# A judge metric on the classify rows: its verdicts come from the model.
+JUDGE_METRIC = """
+from skynet import llm
+
+def score(input, output, expected=None):
+    verdict = llm(
+        "Answer PASS or FAIL, then give one sentence of reasons.",
+        input=f"Message: {input['message']}\\nAnswer: {output}",
+    )
+    return (1.0 if verdict.startswith("PASS") else 0.0), {"feedback": verdict}
+"""
+
+
+@pytest.fixture
+def judge_files(files: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
+    (tmp_path / "judge.py").write_text(textwrap.dedent(JUDGE_METRIC))
+    return {**files, "metric": str(tmp_path / "judge.py"), "execution": "thread"}
+
+
+class TestOpenWithAJudge:
+    async def test_metric_lm_on_a_simulator_scores_as_evaluate_many(
+        self, judge_files: dict[str, Any]
+    ) -> None:
+        """open(metric_lm=..., simulator=...) scores with the judge as evaluate_many does on
+        the same model; the judge's calls and cost are in statistics()."""
+
+        def scored() -> tuple[list[float], Any]:
+            with EvaluatorAdapter.open(
+                **judge_files, metric_lm="openai/gpt-4o-mini", simulator={"latency_ms": 1}
+            ) as adapter:
+                batch = adapter.evaluate(_rows(), SEED)
+                return batch.scores, adapter.statistics()
+
+        scores, stats = await anyio.to_thread.run_sync(scored)
+        async with Simulator(SimulatorConfig()) as sim:
+            judge = ModelConfig(model="gpt-4o-mini", base_url=sim.base_url, api_key_env=None)
+            async with Evaluator(**judge_files, models=Models(metric=judge)) as ev:
+                ours = await ev.evaluate_many(SEED["prompt"], _rows())
+        assert scores == [r.score for r in ours]
+        assert all(r.error is None for r in ours)
+        assert sorted(set(scores)) == [0.0, 1.0]
+        assert stats.models.judge_calls == len(_rows())
+        assert stats.models.judge_cost_usd is not None and stats.models.judge_cost_usd > 0
+
+    def test_reflection_lm_is_the_fallback(self, judge_files: dict[str, Any]) -> None:
+        """The model name given to gepa.optimize as reflection_lm serves the judge too."""
+        with EvaluatorAdapter.open(
+            **judge_files, reflection_lm="openai/gpt-4o-mini", simulator={}
+        ) as adapter:
+            batch = adapter.evaluate(_rows(), SEED, capture_traces=True)
+        assert batch.trajectories is not None
+        assert all(t["error"] is None for t in batch.trajectories)
+        assert all(t["feedback"].startswith(("PASS", "FAIL")) for t in batch.trajectories)
+
+    def test_no_model_warns_at_open(
+        self, judge_files: dict[str, Any], caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A metric that calls skynet.llm with no model: one warning naming the arguments."""
+        with caplog.at_level(logging.WARNING), EvaluatorAdapter.open(**judge_files) as adapter:
+            batch = adapter.evaluate(_rows()[:2], SEED)
+        warnings = [r.getMessage() for r in caplog.records if "no model serves" in r.getMessage()]
+        assert len(warnings) == 1
+        assert "metric_lm=, reflection_lm= or models=" in warnings[0]
+        assert batch.scores == [0.0, 0.0]
+
+    def test_a_missing_key_is_refused_before_anything_runs(
+        self, judge_files: dict[str, Any]
+    ) -> None:
+        """A model whose key variable is unset is a ConfigError at open, naming it."""
+        with (
+            pytest.raises(ConfigError, match=r"OPENAI_API_KEY is not set.*`metric_lm`"),
+            EvaluatorAdapter.open(**judge_files, metric_lm="openai/gpt-4o-mini"),
+        ):
+            raise AssertionError("never opened")
+
+    def test_request_options_are_refused(self, judge_files: dict[str, Any]) -> None:
+        """An LM's per-call options, which an Evaluator cannot add, are refused by name."""
+        import dspy
+
+        lm = dspy.LM("openai/m", top_p=0.5)
+        with (
+            pytest.raises(ConfigError, match="'top_p'"),
+            EvaluatorAdapter.open(**judge_files, metric_lm=lm, simulator={}),
+        ):
+            raise AssertionError("never opened")
 
 
 class TestGepaOptimize:

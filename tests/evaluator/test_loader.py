@@ -109,6 +109,81 @@ class TestForms:
         assert not load_metric(EXAMPLES / "exact_match.py").uses_llm
 
 
+SCORE = "\ndef score(input, output, expected=None):\n    return 1.0, {'feedback': ''}\n"
+
+
+class TestModelUse:
+    @pytest.mark.parametrize(
+        ("source", "uses"),
+        [
+            ("import openai", ("openai",)),
+            ("from openai import OpenAI", ("openai",)),
+            ("import openai.types as t", ("openai",)),
+            # Imports inside functions count: litellm and dspy are slow to import.
+            ("def ask():\n    import litellm\n    return litellm.completion", ("litellm",)),
+            ("def ask():\n    from litellm import completion", ("litellm",)),
+            ("def ask():\n    import dspy", ("dspy",)),
+            (
+                "try:\n    import anthropic\nexcept ImportError:\n    anthropic = None",
+                ("anthropic",),
+            ),
+            ("from skynet import llm", ("skynet.llm",)),
+            ("from skynet import allm", ("skynet.llm",)),
+            ("import skynet\ndef ask():\n    return skynet.llm('x')", ("skynet.llm",)),
+            ("import skynet as sk\ndef ask():\n    return sk.allm('x')", ("skynet.llm",)),
+            ("from skynet import llm\nimport openai", ("skynet.llm", "openai")),
+        ],
+    )
+    def test_a_module_that_calls_a_model_is_model_bound(
+        self, tmp_path: Path, source: str, uses: tuple[str, ...]
+    ) -> None:
+        """Each way of importing skynet.llm or a model SDK (openai, litellm, dspy,
+        anthropic) makes the function model-bound, naming what it uses."""
+        fn = load_metric(write(tmp_path, "m.py", source + SCORE))
+        assert fn.model_use == uses and fn.model_bound
+        assert fn.uses_llm == ("skynet.llm" in uses)
+
+    @pytest.mark.parametrize(
+        "source",
+        [
+            "NOTE = 'this metric does not call openai, litellm, dspy or anthropic'",
+            "# import openai\nimport json",
+            "from skynet import reward",
+            "import skynet\ndef f():\n    return skynet.reward",
+            "x = {'openai': 1}",
+        ],
+    )
+    def test_a_word_is_not_an_import(self, tmp_path: Path, source: str) -> None:
+        """A module that mentions an SDK in a string, a comment or a key, or that uses
+        skynet only for `reward`, stays CPU-bound."""
+        fn = load_metric(write(tmp_path, "m.py", source + SCORE))
+        assert fn.model_use == () and not fn.model_bound
+
+    def test_sdk_client_from_a_helper(self, tmp_path: Path) -> None:
+        """An SDK client object built in another module and imported is seen by its type."""
+        helper = f"client_{tmp_path.name}"
+        write(
+            tmp_path,
+            f"{helper}.py",
+            "import openai\nclient = openai.OpenAI(api_key='x', base_url='http://127.0.0.1:9/v1')\n",
+        )
+        fn = load_metric(write(tmp_path, "m.py", f"from {helper} import client" + SCORE))
+        assert fn.model_use == ("openai",)
+
+    def test_sibling_helper_that_imports_an_sdk(self, tmp_path: Path) -> None:
+        """A function imported from the user's own sibling module that imports an SDK
+        (inside its functions too) makes the metric model-bound, one level deep."""
+        helper = f"ask_{tmp_path.name}"
+        write(tmp_path, f"{helper}.py", "def ask(q):\n    import litellm\n    return q\n")
+        fn = load_metric(write(tmp_path, "m.py", f"from {helper} import ask" + SCORE))
+        assert fn.model_use == ("litellm",)
+
+    def test_page_examples(self) -> None:
+        """The page's judge metric calls skynet.llm; its exact match calls no model."""
+        assert load_metric(EXAMPLES / "judge.py").model_use == ("skynet.llm",)
+        assert load_metric(EXAMPLES / "exact_match.py").model_use == ()
+
+
 class TestBrokenFiles:
     def test_syntax_error(self, tmp_path: Path) -> None:
         """A syntax error names the file and the line."""

@@ -8,7 +8,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from evaluator._report import Report, ReportBuilder, report_rows
+from evaluator._report import ModelBudget, Report, ReportBuilder, StageExecution, report_rows
 from evaluator._results import ErrorInfo, Observation, Result, Usage
 
 
@@ -89,3 +89,46 @@ class TestReportBuilder:
         assert msgspec.json.decode(msgspec.json.encode(report), type=Report) == report
         labels = dict(report_rows(report))
         assert labels["error: worker_crash"] == "1 of 2"
+
+
+class TestHowItRan:
+    def test_executors_and_budgets_in_rows_and_json(self) -> None:
+        """The report carries each stage's executor with its reason and each model's
+        budget with its source; the rows name them, an option as its reader knows it."""
+        executors = (
+            StageExecution(
+                stage="run",
+                kind="thread",
+                parallelism=64,
+                source="automatic",
+                reason="calls openai (model-bound)",
+            ),
+            StageExecution(
+                stage="score",
+                kind="process",
+                parallelism=3,
+                source="option",
+                reason="option `execution`",
+                option="execution",
+            ),
+        )
+        budgets = (
+            ModelBudget(
+                model="gpt-x",
+                roles=("program",),
+                max_concurrency=64,
+                rpm=600.0,
+                tpm=None,
+                source="configured",
+            ),
+        )
+        report = ReportBuilder().build(executors=executors, model_budgets=budgets)
+        rows = dict(report_rows(report, option_flags={"execution": "--execution"}))
+        assert rows["program executor"] == "thread x64: calls openai (model-bound)"
+        assert rows["metric executor"] == "process x3: option --execution"
+        assert rows["model budget: gpt-x (program)"] == (
+            "64 in flight, 600 rpm, no tpm limit (configured)"
+        )
+        assert dict(report_rows(report))["metric executor"] == "process x3: option `execution`"
+        decoded = msgspec.json.decode(msgspec.json.encode(report), type=Report)
+        assert decoded.executors == executors and decoded.model_budgets == budgets

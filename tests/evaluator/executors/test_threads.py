@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import sys
 import textwrap
 import threading
@@ -12,7 +14,12 @@ from typing import Any
 import pytest
 
 from evaluator._calls import ScoreCall
-from evaluator._executors._threads import InlineExecutor, ThreadExecutor
+from evaluator._executors._threads import (
+    MAX_MODEL_THREADS,
+    InlineExecutor,
+    ThreadExecutor,
+    pool_size,
+)
 from evaluator._loader import UserFunction, load_metric
 from evaluator._results import Observation
 
@@ -133,6 +140,80 @@ class TestThreadExecutor:
             assert ex.statistics().calls < 50
         finally:
             _release(metric)
+
+    async def test_small_submits_at_once_get_a_thread_each(self, tmp_path: Path) -> None:
+        """Eight one-call submits at once run on eight threads at once (each call waits
+        for all eight at a barrier): threads start for every submit not returned yet,
+        not for the calls of one submit (a slow judge's one-example chunks used to share
+        the threads the first submit started)."""
+        fn = load_metric(
+            write(
+                tmp_path,
+                "barrier.py",
+                "import threading\n"
+                "BARRIER = threading.Barrier(8, timeout=10)\n"
+                "def score(i, o, e=None):\n"
+                "    BARRIER.wait()\n"
+                "    return 1.0, {'feedback': ''}\n",
+            )
+        )
+        async with ThreadExecutor(fn, "score", timeout=20, workers=8) as ex:
+            results = await asyncio.gather(*(ex.submit(_calls(["ok"])) for _ in range(8)))
+            assert len(ex.threads()) == 8
+        assert [o.error for (o,) in results] == [None] * 8
+
+    def test_pool_size(self) -> None:
+        """`workers` sets the size; else a model budget does (capped); else eight per
+        core, at most 64; `concurrency` caps all of them."""
+        default = min(64, (os.cpu_count() or 1) * 8)
+        assert pool_size(None, None, None) == default
+        assert pool_size(5, 64, None) == 5
+        assert pool_size(None, 64, None) == 64
+        assert pool_size(None, 10_000, None) == MAX_MODEL_THREADS
+        assert pool_size(None, 64, 10) == pool_size(32, None, 10) == 10
+        assert pool_size(None, None, 1) == 1
+
+    async def test_cancelled_submit_stops_the_model_calls_it_waits_on(self, tmp_path: Path) -> None:
+        """Cancelling a submit whose calls wait on skynet.llm cancels those model calls:
+        the threads are free at once, not after the model's reply."""
+        fn = load_metric(
+            write(
+                tmp_path,
+                "judge.py",
+                "from skynet import llm\n"
+                "def score(i, o, e=None):\n"
+                "    return 1.0, {'feedback': llm('judge', input='x')}\n",
+            )
+        )
+        all_waiting = asyncio.Event()
+        waiting: list[int] = []
+        cancelled: list[int] = []
+
+        async def handler(
+            token: int, stage: str, instruction: str, input: str | None, options: dict[str, Any]
+        ) -> str:
+            waiting.append(token)
+            if len(waiting) == 4:
+                all_waiting.set()
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                cancelled.append(token)
+                raise
+            return "PASS"
+
+        async with ThreadExecutor(fn, "score", timeout=60, workers=4, llm_handler=handler) as ex:
+            task = asyncio.create_task(ex.submit(_calls(["ok"] * 4)))
+            await all_waiting.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            started = time.perf_counter()
+            while ex.statistics().busy:  # noqa: ASYNC110
+                await asyncio.sleep(0.005)
+            assert time.perf_counter() - started < 5
+        assert sorted(cancelled) == [0, 1, 2, 3]
+        assert ex.statistics().abandoned_threads == 0
 
 
 class TestInlineExecutor:

@@ -105,10 +105,10 @@ class TestConfiguration:
             write(tmp_path, "j.py", "from skynet import llm\ndef score(i, o):\n    return llm(o)\n")
         )
         asynchronous = load_metric(write(tmp_path, "a.py", ASYNC_BEHAVIOURS))
-        assert choose_execution(sync, None, option="execution") == "process"
-        assert choose_execution(judge, None, option="execution") == "thread"
-        assert choose_execution(asynchronous, None, option="execution") == "async"
-        assert choose_execution(sync, "inline", option="execution") == "inline"
+        assert choose_execution(sync, None, option="execution").kind == "process"
+        assert choose_execution(judge, None, option="execution").kind == "thread"
+        assert choose_execution(asynchronous, None, option="execution").kind == "async"
+        assert choose_execution(sync, "inline", option="execution").kind == "inline"
         with pytest.raises(ConfigError, match="plain `def`"):
             choose_execution(sync, "async", option="execution")
         with pytest.raises(ConfigError, match="async def"):

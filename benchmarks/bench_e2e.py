@@ -1,0 +1,339 @@
+"""Model-bound work end to end: the CLI and the library against a plain client, one run.
+
+    python benchmarks/bench_e2e.py            # full sizes, 300 ms latency
+    python benchmarks/bench_e2e.py --smoke    # CI: small sizes, 50 ms latency, seconds
+
+Every measurement has a simulator of its own (``skynet-eval simulator`` in a subprocess,
+so that it has a core of its own and its peak of requests in flight is this
+measurement's), at a fixed latency and no rate limit.
+
+1. The page's judge metric (``examples/metrics/judge.py``) through ``skynet-eval run``
+   in a subprocess, default settings, score-only: the report's throughput against a
+   plain client (64 threads, each a keep-alive ``http.client`` connection, sending the
+   same judge requests) on the same kind of server. Target >= 0.85. Beside it, the
+   most requests the simulator saw in flight at once (default budget: 64).
+2. An optimizer's full-valset evaluation through the library: 4 candidates at once
+   (``asyncio.gather`` of 4 ``evaluate_many`` calls on one Evaluator), 200 examples
+   each, a cheap program (worker processes) and the judge metric (threads): the rate
+   of judged examples against the latency bound, 64 in flight / latency. Target >= 0.85.
+3. A model-bound program (``skynet.llm``, threads) and a CPU-bound metric (about 2 ms of
+   pure Python, worker processes): the rate against the latency bound, and each stage's
+   calls in flight (executor statistics sampled every 5 ms: mean and peak), against its
+   executor's parallelism.
+
+Figures are ratios from one run; the load average is printed first, since the machine
+may be shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench_llm import run, sim_stats, simulator  # noqa: E402
+
+from evaluator import Evaluator, Example, Models  # noqa: E402
+from llm_client import ModelConfig  # noqa: E402
+
+JUDGE = ROOT / "examples" / "metrics" / "judge.py"
+INSTRUCTION = "Answer PASS or FAIL, then give one sentence of reasons."
+
+PROGRAM = """
+def run(artifact, input):
+    return f"{artifact} {input['question'].split()[-1]}"
+"""
+
+MODEL_PROGRAM = """
+from skynet import llm
+
+def run(artifact, input):
+    return llm(artifact, input=input["question"])
+"""
+
+CPU_METRIC = """
+LOOPS = {loops}
+
+def score(input, output, expected=None):
+    total = 0
+    for i in range(LOOPS):
+        total += i * i % 7
+    return (1.0 if output else 0.0), {{"feedback": "ok" if output else "empty"}}
+"""
+
+
+def rows(n: int, offset: int = 0) -> Iterator[dict[str, Any]]:
+    for i in range(offset, offset + n):
+        yield {
+            "id": i,
+            "input": {"question": f"What is {i} + {i}?"},
+            "output": str(2 * i),
+            "expected": {"answer": str(2 * i)},
+        }
+
+
+def judge_body(row: dict[str, Any]) -> bytes:
+    """The request the judge metric sends for ``row`` (instruction as system message)."""
+    user = f"Question: {row['input']['question']}\nAnswer: {row['output']}"
+    return json.dumps(
+        {
+            "model": "judge-1",
+            "messages": [
+                {"role": "system", "content": INSTRUCTION},
+                {"role": "user", "content": user},
+            ],
+        }
+    ).encode()
+
+
+def plain_client(base_url: str, n: int, threads: int = 64) -> float:
+    """``threads`` threads, each with a keep-alive connection, sending ``n`` judge
+    requests between them; requests per second."""
+    parts = urlsplit(base_url)
+    path = parts.path.rstrip("/") + "/chat/completions"
+    bodies = [judge_body(row) for row in rows(n)]
+    claim = iter(range(n))
+    lock = threading.Lock()
+    failures: list[str] = []
+
+    def worker() -> None:
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+        try:
+            while True:
+                with lock:
+                    i = next(claim, None)
+                if i is None:
+                    return
+                conn.request(
+                    "POST", path, bodies[i], headers={"Content-Type": "application/json"}
+                )
+                response = conn.getresponse()
+                response.read()
+                if response.status != 200:
+                    failures.append(str(response.status))
+        finally:
+            conn.close()
+
+    pool = [threading.Thread(target=worker) for _ in range(threads)]
+    started = time.perf_counter()
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    assert not failures, failures[:5]
+    return n / elapsed
+
+
+def cli_run(base_url: str, data: Path) -> dict[str, Any]:
+    """``skynet-eval run`` with the judge metric and default settings; its JSON report."""
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "evaluator", "run", "--metric", str(JUDGE),
+            "--data", str(data), "--metric-model", "judge-1", "--metric-base-url", base_url,
+            "--api-key-env", "none", "--json",
+        ],
+        capture_output=True, text=True, timeout=900, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"skynet-eval run failed:\n{done.stderr[-3000:]}")
+    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return report
+
+
+def bench_cli(tmp: Path, n: int, latency_ms: float) -> None:
+    bound = 64 / (latency_ms / 1000)
+    print(
+        f"\n1. judge metric through `skynet-eval run`, defaults, {n} examples, "
+        f"{latency_ms:g} ms latency (bound at 64 in flight: {bound:.0f}/s)"
+    )
+    data = tmp / "judge.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows(n)))
+    with simulator("--latency-ms", str(latency_ms)) as url:
+        plain_client(url, 64)  # warm: connections, the simulator's first replies
+        plain = plain_client(url, n)
+    with simulator("--latency-ms", str(latency_ms)) as url:
+        report = cli_run(url, data)
+        peak = sim_stats(url)["peak_in_flight"]
+    cli = report["throughput"]
+    executor = next(s for s in report["executors"] if s["stage"] == "score")
+    assert report["n"] == report["ok"] == n, report["errors"]
+    print(f"   plain client (64 threads)  {plain:7.1f} examples/s  {plain / bound:.3f} of bound")
+    print(
+        f"   skynet-eval run            {cli:7.1f} examples/s  {cli / bound:.3f} of bound, "
+        f"peak in flight at the server {peak}, metric executor {executor['kind']} "
+        f"x{executor['parallelism']}"
+    )
+    print(f"   skynet-eval run / plain client: {cli / plain:.3f}  (target >= 0.85)")
+
+
+def _examples(n: int, offset: int) -> list[Example]:
+    return [
+        Example(id=r["id"], input=r["input"], expected=r["expected"], output=r["output"])
+        for r in rows(n, offset)
+    ]
+
+
+async def _optimizer(url: str, program: Path, per: int, candidates: int) -> dict[str, Any]:
+    judge = ModelConfig(model="judge-1", base_url=url, api_key_env=None)
+    async with Evaluator(JUDGE, program, models=Models(metric=judge)) as ev:
+        await ev.evaluate_many("warm", _examples(8, 10**6))  # workers up, connections open
+        batches = [_examples(per, c * per) for c in range(candidates)]
+        started = time.perf_counter()
+        results = await asyncio.gather(
+            *(ev.evaluate_many(f"candidate {c}", batch) for c, batch in enumerate(batches))
+        )
+        elapsed = time.perf_counter() - started
+        stats = ev.statistics()
+    judged = sum(1 for batch in results for r in batch if r.error is None)
+    assert judged == per * candidates, [r.error for b in results for r in b if r.error][:3]
+    return {"rate": judged / elapsed, "stats": stats}
+
+
+def bench_optimizer(tmp: Path, per: int, candidates: int, latency_ms: float) -> None:
+    bound = 64 / (latency_ms / 1000)
+    print(
+        f"\n2. optimizer full-valset: {candidates} candidates at once x {per} judged examples, "
+        f"evaluate_many, {latency_ms:g} ms latency (bound {bound:.0f}/s)"
+    )
+    program = tmp / "program.py"
+    program.write_text(textwrap.dedent(PROGRAM))
+    with simulator("--latency-ms", str(latency_ms)) as url:
+        out = run(_optimizer(url, program, per, candidates))
+        peak = sim_stats(url)["peak_in_flight"]
+    rate = out["rate"]
+    described = "; ".join(s.describe() for s in out["stats"].executors)
+    print(f"   evaluate_many x{candidates}  {rate:7.1f} examples/s, peak in flight {peak}")
+    print(f"   stages: {described}")
+    print(f"   achieved / latency bound: {rate / bound:.3f}  (target >= 0.85)")
+
+
+def calibrate(target_ms: float) -> int:
+    """The loop count of the CPU metric that takes about ``target_ms`` here."""
+    namespace: dict[str, Any] = {}
+    exec(textwrap.dedent(CPU_METRIC.format(loops=0)), namespace)
+    n = 20_000
+    while True:
+        source = textwrap.dedent(CPU_METRIC.format(loops=n))
+        exec(source, namespace)
+        started = time.perf_counter()
+        namespace["score"]({}, "x")
+        elapsed = (time.perf_counter() - started) * 1000
+        if elapsed > 10:
+            return int(n * target_ms / elapsed)
+        n *= 2
+
+
+async def _two_stages(url: str, program: Path, metric: Path, n: int) -> dict[str, Any]:
+    """Each stage's calls in flight, sampled, while ``n`` examples go through both."""
+    models = Models(
+        program=ModelConfig(model="program-1", base_url=url, api_key_env=None),
+        metric=ModelConfig(model="judge-1", base_url=url, api_key_env=None),
+    )
+    samples: dict[str, list[int]] = {"run": [], "score": []}
+    async with Evaluator(metric, program, models=models) as ev:
+        await ev.evaluate_many("Answer briefly.", _examples(8, 10**6))
+
+        async def sample() -> None:
+            while True:
+                stats = ev.statistics()
+                samples["run"].append(stats.program.busy)
+                samples["score"].append(stats.metric.busy)
+                await asyncio.sleep(0.005)
+
+        sampler = asyncio.create_task(sample())
+        started = time.perf_counter()
+        results = await ev.evaluate_many("Answer briefly.", _examples(n, 0))
+        elapsed = time.perf_counter() - started
+        sampler.cancel()
+        await asyncio.wait({sampler})
+        stats = ev.statistics()
+    assert all(r.error is None for r in results), [r.error for r in results if r.error][:3]
+    return {"rate": n / elapsed, "samples": samples, "stats": stats}
+
+
+def bench_mixed(tmp: Path, n: int, latency_ms: float) -> None:
+    bound = 64 / (latency_ms / 1000)
+    loops = calibrate(2.0)
+    print(
+        f"\n3. model-bound program + CPU-bound metric (~2 ms), {n} examples, "
+        f"{latency_ms:g} ms latency (bound {bound:.0f}/s)"
+    )
+    program = tmp / "model_program.py"
+    program.write_text(textwrap.dedent(MODEL_PROGRAM))
+    metric = tmp / "cpu_metric.py"
+    metric.write_text(textwrap.dedent(CPU_METRIC.format(loops=loops)))
+    _print_stages(latency_ms, program, metric, n)
+
+
+def _print_stages(latency_ms: float, program: Path, metric: Path, n: int) -> None:
+    bound = 64 / (latency_ms / 1000)
+    with simulator("--latency-ms", str(latency_ms)) as url:
+        out = run(_two_stages(url, program, metric, n))
+        peak = sim_stats(url)["peak_in_flight"]
+    rate = out["rate"]
+    for stage in out["stats"].executors:
+        seen = out["samples"][stage.stage]
+        steady = seen[len(seen) // 10 : len(seen) - len(seen) // 10] or seen
+        mean = sum(steady) / max(1, len(steady))
+        print(
+            f"   {stage.stage:5s} stage: {stage.describe()}; in flight mean {mean:5.1f} "
+            f"(middle 80% of the run), peak {max(seen, default=0)}"
+        )
+    print(f"   peak in flight at the server {peak}")
+    print(f"   achieved / latency bound: {rate / bound:.3f}  ({rate:.1f} examples/s)")
+
+
+def bench_two_models(tmp: Path, n: int, latency_ms: float) -> None:
+    bound = 64 / (latency_ms / 1000)
+    print(
+        f"\n4. model-bound program + judge metric, a model each (64 in flight each), {n} "
+        f"examples, {latency_ms:g} ms latency (bound {bound:.0f}/s, both stages full)"
+    )
+    program = tmp / "model_program.py"
+    program.write_text(textwrap.dedent(MODEL_PROGRAM))
+    _print_stages(latency_ms, program, JUDGE, n)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="small sizes for CI (seconds)")
+    parser.add_argument("--only", default="cli,optimizer,mixed,two", help="comma-separated subset")
+    args = parser.parse_args()
+    chosen = set(args.only.split(","))
+    latency = 50.0 if args.smoke else 300.0
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(
+        f"bench_e2e ({'smoke' if args.smoke else 'full'}): {os.cpu_count()} cores, "
+        f"load average {load:.2f}, python {sys.version.split()[0]}"
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        tmp = Path(folder)
+        if "cli" in chosen:
+            bench_cli(tmp, 300 if args.smoke else 2000, latency)
+        if "optimizer" in chosen:
+            bench_optimizer(tmp, 50 if args.smoke else 200, 4, latency)
+        if "mixed" in chosen:
+            bench_mixed(tmp, 300 if args.smoke else 2000, latency)
+        if "two" in chosen:
+            bench_two_models(tmp, 300 if args.smoke else 2000, latency)
+
+
+if __name__ == "__main__":
+    main()
