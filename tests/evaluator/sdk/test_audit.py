@@ -100,6 +100,8 @@ class TestUnmeasured:
         ):
             first = await ev.evaluate_many(sim.base_url, examples(1))
             later = await ev.evaluate_many(sim.base_url, examples(3))
+            assert ev.program is not None and ev.program.module is not None
+            ev.program.module._conn.close()  # the program's own connection, kept open
         assert sim.statistics().served == 4
         assert first[0].observation.cost_usd is None
         assert "that no metered model call made" in first[0].observation.notes[0]

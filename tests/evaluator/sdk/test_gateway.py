@@ -66,12 +66,12 @@ class TestWhichClient:
                 timeout=60,
             ) as ev:
                 results = await ev.evaluate_many({"url": sim.base_url}, examples(50))
-                budgets = ev.statistics().models.budgets
+                budgets = ev.statistics().model_budgets
         assert all(r.ok for r in results)
         for window in (0.25, 0.5, 1.0):
             assert sim.peak_requests(window) <= 1200 * window / 60 + 2 + 1, window
-        assert [(b.model, b.rpm, b.rpm_source) for b in budgets] == [
-            ("gpt-4o-mini", 1200, "configured")
+        assert [(b.model, b.roles, b.rpm, b.source) for b in budgets] == [
+            ("gpt-4o-mini", ("program",), 1200, "configured")
         ]
 
     async def test_one_client_per_model_and_key(self, tmp_path: Path) -> None:
@@ -87,9 +87,9 @@ class TestWhichClient:
                 artifact = {"url": sim.base_url, "model": model, "key": key}
                 (result,) = await ev.evaluate_many(artifact, examples(1))
                 assert result.ok, result
-            budgets = ev.statistics().models.budgets
+            budgets = ev.statistics().model_budgets
         assert sorted(b.model for b in budgets) == ["m-a", "m-a", "m-b"]
-        assert {(b.rpm, b.rpm_source) for b in budgets} == {(None, "none")}
+        assert {(b.roles, b.rpm, b.source) for b in budgets} == {(("sdk",), None, "none")}
 
 
 class TestSimulatorServesSDKCalls:
