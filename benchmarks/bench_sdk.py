@@ -20,10 +20,8 @@ simulator``), so it has a core of its own; the run is the CLI in another.
 4. No limit configured, a server enforcing 1,800 RPM over a 10 s sliding window, with
    rate-limit headers and without any (bare 429s): 429 share and achieved rate.
 
-Ratios from one run are printed so that machines compare. In 3 and 4 the program runs in
-threads (``--program-execution thread``) at 50 ms latency: the default choice of executor
-for a program using the openai client, and how many calls the pipeline keeps in flight,
-are another issue's (items 1 and 3), and at 250 ms they, not the governor, bound the rate.
+Every run uses default settings but for what a section says it sets; ratios from one run
+are printed so that machines compare.
 """
 
 from __future__ import annotations
@@ -241,13 +239,13 @@ def bench_rpm(smoke: bool, folder: Path) -> None:
     limit = rpm / 60
     data = rows(folder / "rpm.jsonl", n)
     print(
-        f"\n3. A server enforcing {rpm:g} RPM over any {window:g} s window, 50 ms latency: "
+        f"\n3. A server enforcing {rpm:g} RPM over any {window:g} s window, 250 ms latency: "
         f"{n} examples, the run told --rpm {rpm:g}"
     )
-    with simulator("--rpm", str(rpm), "--window", str(window), "--latency-ms", "50") as url:
+    with simulator("--rpm", str(rpm), "--window", str(window), "--latency-ms", "250") as url:
         report = skynet_run(
             url, data, "--model", "gpt-4o-mini", "--base-url", url, "--api-key-env", "none",
-            "--rpm", str(rpm), "--program-execution", "thread", "--workers", "64",
+            "--rpm", str(rpm),
         )  # fmt: skip
         seen = sim_stats(url, window)
     share = seen["rate_limited"] / max(1, seen["requests"])
@@ -266,15 +264,15 @@ def bench_budget(smoke: bool, folder: Path) -> None:
     data = rows(folder / "budget.jsonl", n)
     print(
         f"\n4. No limit configured, a server enforcing {rpm:g} RPM over any {window:g} s "
-        f"window, 50 ms latency: {n} examples, program in 64 threads"
+        f"window, 250 ms latency: {n} examples, default settings"
     )
     for label, extra, target in (
         ("with headers   ", (), "(target >= 0.9, 429 share <= 0.01)"),
         ("without headers", ("--no-rate-limit-headers",), "(target >= 0.8, 429 share <= 0.05)"),
     ):
-        args = ("--rpm", str(rpm), "--window", str(window), "--latency-ms", "50", *extra)
+        args = ("--rpm", str(rpm), "--window", str(window), "--latency-ms", "250", *extra)
         with simulator(*args) as url:
-            report = skynet_run(url, data, "--program-execution", "thread", "--workers", "64")
+            report = skynet_run(url, data)
             seen = sim_stats(url, window)
         share = seen["rate_limited"] / max(1, seen["requests"])
         print(
