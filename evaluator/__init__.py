@@ -23,7 +23,15 @@ if typing.TYPE_CHECKING:
     from ._exceptions import DatasetError as DatasetError
     from ._exceptions import EvaluationError as EvaluationError
     from ._exceptions import InvalidReturn as InvalidReturn
+    from ._exceptions import NotAResultsFile as NotAResultsFile
+    from ._exceptions import OutputPathError as OutputPathError
     from ._exceptions import OutsideCallError as OutsideCallError
+    from ._exceptions import ResultsFileError as ResultsFileError
+    from ._exceptions import ResultsLocked as ResultsLocked
+    from ._exceptions import ResultsWriteError as ResultsWriteError
+    from ._exceptions import ResumeMismatch as ResumeMismatch
+    from ._fingerprint import Fingerprints as Fingerprints
+    from ._fingerprint import fingerprint_run as fingerprint_run
     from ._judges import JudgeRow as JudgeRow
     from ._judges import JudgesReport as JudgesReport
     from ._judges import compare_judges as compare_judges
@@ -32,6 +40,8 @@ if typing.TYPE_CHECKING:
     from ._loader import load_program as load_program
     from ._models import Models as Models
     from ._models import ModelStatistics as ModelStatistics
+    from ._outpath import OutputCheck as OutputCheck
+    from ._outpath import check_output_path as check_output_path
     from ._pipeline import Evaluator as Evaluator
     from ._pipeline import EvaluatorStatistics as EvaluatorStatistics
     from ._pipeline import ResultStream as ResultStream
@@ -42,7 +52,6 @@ if typing.TYPE_CHECKING:
     from ._report import ReportBuilder as ReportBuilder
     from ._report import StageExecution as StageExecution
     from ._report_html import Comparison as Comparison
-    from ._report_html import ResultsFileError as ResultsFileError
     from ._report_html import compare_results as compare_results
     from ._report_html import load_results_file as load_results_file
     from ._report_html import write_html_report as write_html_report
@@ -52,8 +61,11 @@ if typing.TYPE_CHECKING:
     from ._results import Result as Result
     from ._results import Scored as Scored
     from ._results import Usage as Usage
+    from ._storable import StoreChange as StoreChange
     from ._store import ResultsWriter as ResultsWriter
+    from ._store import Resumed as Resumed
     from ._store import ResumeWarning as ResumeWarning
+    from ._store import open_results as open_results
     from ._store import read_results as read_results
 
 #: Where each public name lives.
@@ -69,13 +81,23 @@ _WHERE = {
     "DatasetError": "._exceptions",
     "EvaluationError": "._exceptions",
     "InvalidReturn": "._exceptions",
+    "NotAResultsFile": "._exceptions",
+    "OutputPathError": "._exceptions",
     "OutsideCallError": "._exceptions",
+    "ResultsFileError": "._exceptions",
+    "ResultsLocked": "._exceptions",
+    "ResultsWriteError": "._exceptions",
+    "ResumeMismatch": "._exceptions",
+    "Fingerprints": "._fingerprint",
+    "fingerprint_run": "._fingerprint",
     "JudgeRow": "._judges",
     "JudgesReport": "._judges",
     "compare_judges": "._judges",
     "UserFunction": "._loader",
     "load_metric": "._loader",
     "load_program": "._loader",
+    "OutputCheck": "._outpath",
+    "check_output_path": "._outpath",
     "Models": "._models",
     "ModelStatistics": "._models",
     "Evaluator": "._pipeline",
@@ -88,7 +110,6 @@ _WHERE = {
     "ReportBuilder": "._report",
     "StageExecution": "._report",
     "Comparison": "._report_html",
-    "ResultsFileError": "._report_html",
     "compare_results": "._report_html",
     "load_results_file": "._report_html",
     "write_html_report": "._report_html",
@@ -98,8 +119,11 @@ _WHERE = {
     "Result": "._results",
     "Scored": "._results",
     "Usage": "._results",
+    "StoreChange": "._storable",
     "ResultsWriter": "._store",
+    "Resumed": "._store",
     "ResumeWarning": "._store",
+    "open_results": "._store",
     "read_results": "._store",
 }
 
@@ -116,6 +140,7 @@ __all__ = [
     "Evaluator",
     "EvaluatorStatistics",
     "Example",
+    "Fingerprints",
     "InvalidReturn",
     "JudgeRow",
     "JudgesReport",
@@ -124,26 +149,37 @@ __all__ = [
     "ModelStatistics",
     "Models",
     "NamedScore",
+    "NotAResultsFile",
     "Observation",
+    "OutputCheck",
+    "OutputPathError",
     "OutsideCallError",
     "Report",
     "ReportBuilder",
     "Result",
     "ResultStream",
     "ResultsFileError",
+    "ResultsLocked",
+    "ResultsWriteError",
     "ResultsWriter",
+    "ResumeMismatch",
     "ResumeWarning",
+    "Resumed",
     "Scored",
     "StageExecution",
+    "StoreChange",
     "Usage",
     "UserFunction",
     "check_contract",
+    "check_output_path",
     "compare_judges",
     "compare_results",
+    "fingerprint_run",
     "load_examples",
     "load_metric",
     "load_program",
     "load_results_file",
+    "open_results",
     "read_results",
     "validate_return",
     "write_html_report",

@@ -12,34 +12,47 @@ A worker process imports this module at boot, so it imports no event loop machin
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Coroutine
+import sys
+from collections.abc import Callable, Coroutine, Generator
 from time import perf_counter_ns
 from typing import Any, ClassVar, TypeAlias, cast
 
 import msgspec
+from msgspec.structs import replace as _struct_copy
 
 from . import _failures as failures
 from ._context import CallContext, LLMBridge, Stage, _current
 from ._contract import validate_return
+from ._copy import private_artifact, private_copy
 from ._exceptions import InvalidReturn
 from ._loader import UserFunction
 from ._results import ErrorInfo, Observation
 
 __all__ = [
+    "LONG_STEP_NS",
     "Call",
     "LLMHandler",
+    "LoopTime",
     "Outcome",
     "RunCall",
     "ScoreCall",
+    "Steps",
     "SyncInvoker",
     "ThreadContext",
     "invoke_async",
     "invoke_sync",
 ]
 
-# Captured at import, before any user module runs, so user code that patches
-# ``time.perf_counter_ns`` cannot change the engine's measurements.
+# The engine's clock. Every timing in this module reads it through a default argument
+# (``clock=perf_counter_ns``), bound when this module is imported, before any user file
+# is: user code that patches ``time.perf_counter_ns``, or this module's ``_clock``, does
+# not change what a call measures. (Code in the engine's own process can reach anything
+# in it; this keeps accidents and casual patches out, it is not a sandbox.)
 _clock = perf_counter_ns
+
+#: A step of an async call (the time between two of its suspensions) longer than this
+#: holds up every other call on the loop: it is counted as blocking the loop.
+LONG_STEP_NS = 50_000_000
 
 #: The engine-side handler of a model call made through ``skynet.llm``:
 #: ``handler(token, stage, instruction, input, options) -> reply text``.
@@ -72,6 +85,12 @@ class RunCall(msgspec.Struct, array_like=True, frozen=True, gc=False):
         """The positional arguments of ``run``."""
         return (self.artifact, self.input)
 
+    def private_arguments(self, arity: int) -> tuple[Any, ...]:
+        """The arguments of ``run``: a private copy of the input, and of the artifact's
+        plain data (a program that edits its config changes neither the candidate nor the
+        next call's)."""
+        return (private_artifact(self.artifact), private_copy(self.input))
+
 
 class ScoreCall(msgspec.Struct, array_like=True, frozen=True, gc=False):
     """One call of the metric's ``score(input, output, expected)`` on one example.
@@ -92,6 +111,16 @@ class ScoreCall(msgspec.Struct, array_like=True, frozen=True, gc=False):
         if arity == 3:
             return (self.input, self.output, self.expected)
         return (self.input, self.output)
+
+    def private_arguments(self, arity: int) -> tuple[Any, ...]:
+        """The arguments of ``score``, each a private copy."""
+        if arity == 3:
+            return (
+                private_copy(self.input),
+                private_copy(self.output),
+                private_copy(self.expected),
+            )
+        return (private_copy(self.input), private_copy(self.output))
 
 
 Call: TypeAlias = RunCall | ScoreCall
@@ -114,9 +143,11 @@ class Outcome(msgspec.Struct, array_like=True, gc=False):
         return (self.ended_ns - self.started_ns) / 1e6
 
 
-def _failed(fn: UserFunction, stage: Stage, exc: BaseException, started: int) -> Outcome:
+def _failed(
+    fn: UserFunction, stage: Stage, exc: BaseException, started: int, clock: Any = perf_counter_ns
+) -> Outcome:
     """The outcome of a call that raised ``exc``."""
-    ended = _clock()
+    ended = clock()
     error = failures.raised(fn, stage, exc)
     # Drop the traceback: it holds the user's frames (their locals, the call's arguments)
     # in a reference cycle that only the cyclic collector could free.
@@ -124,9 +155,11 @@ def _failed(fn: UserFunction, stage: Stage, exc: BaseException, started: int) ->
     return Outcome(None, error, started, ended)
 
 
-def _settle(fn: UserFunction, stage: Stage, call: Call, raw: Any, started: int) -> Outcome:
+def _settle(
+    fn: UserFunction, stage: Stage, call: Call, raw: Any, started: int, clock: Any = perf_counter_ns
+) -> Outcome:
     """The outcome of a call that returned ``raw``: checked against the contract for ``score``."""
-    ended = _clock()
+    ended = clock()
     if stage == "run":
         return Outcome(raw, None, started, ended)
     try:
@@ -145,15 +178,33 @@ class ThreadContext:
     sets it into its context variable once (:meth:`SyncInvoker.enter`); each call then
     changes three attributes, instead of building a frozen context and setting and
     resetting the variable, which costs more than an exact-match metric.
+
+    With ``private`` (a thread of the engine's process), :attr:`observation` hands out a
+    copy at each read, made only when the call reads it (most calls never do): a call
+    that forces a field of what it got changes its copy, not the engine's record nor the
+    next call's view.
     """
 
-    __slots__ = ("example_id", "llm", "observation", "stage")
+    __slots__ = ("_observation", "example_id", "llm", "private", "stage")
 
-    def __init__(self, stage: Stage) -> None:
+    def __init__(self, stage: Stage, *, private: bool = False) -> None:
         self.example_id: Any = None
         self.stage: Stage = stage
-        self.observation: Observation | None = None
+        self._observation: Observation | None = None
         self.llm: Any = None
+        self.private = private
+
+    @property
+    def observation(self) -> Observation | None:
+        if self.private:
+            return _own_observation(self._observation)
+        return self._observation
+
+
+def _own_observation(observation: Observation | None) -> Observation | None:
+    """A copy of ``observation`` for the call's context: the engine records its own, so
+    a call that forces a field of what it can reach changes only its copy."""
+    return None if observation is None else _struct_copy(observation)
 
 
 class SyncInvoker:
@@ -165,20 +216,27 @@ class SyncInvoker:
     (a worker process runs them straight from the received row, without building the
     struct); :attr:`invoke` takes the struct and is the one matching the stage.
     ``started`` is read by the caller (which publishes it to its watchdog first) with
-    :data:`_clock`.
+    the engine's clock.
+
+    ``private``: the executor shares the engine's memory (a thread), so each call gets
+    its own copy of the example's data (``evaluator._copy.private_copy``) and of its
+    observation: a function that edits its arguments changes neither the example (the
+    next candidate's call, the metric after the program, what a reflection is shown)
+    nor what the engine recorded. A worker process receives pickled copies already.
 
     A user exception becomes the call's outcome (``SystemExit`` too); other
     ``BaseException`` s propagate, for the executor to handle.
     """
 
-    __slots__ = ("_ctx", "_fn", "_three", "fn", "invoke", "stage")
+    __slots__ = ("_ctx", "_fn", "_private", "_three", "fn", "invoke", "stage")
 
-    def __init__(self, fn: UserFunction, stage: Stage) -> None:
+    def __init__(self, fn: UserFunction, stage: Stage, *, private: bool = False) -> None:
         self.fn = fn
         self.stage: Stage = stage
         self._fn = fn.fn
         self._three = fn.arity == 3
-        self._ctx = ThreadContext(stage)
+        self._private = private
+        self._ctx = ThreadContext(stage, private=private)
         #: ``invoke(call, bridge, started) -> Outcome`` for this stage's call struct.
         self.invoke: Callable[[Any, LLMBridge | None, int], Outcome] = (
             self._invoke_score if stage == "score" else self._invoke_run
@@ -197,17 +255,22 @@ class SyncInvoker:
         expected: Any,
         bridge: LLMBridge | None,
         started: int,
+        clock: Any = perf_counter_ns,
     ) -> Outcome:
         """Call ``score`` on one example and check its return value against the contract."""
         ctx = self._ctx
         ctx.example_id = example_id
-        ctx.observation = observation
         ctx.llm = bridge
+        ctx._observation = observation
+        if self._private:
+            input, output = private_copy(input), private_copy(output)
+            expected = private_copy(expected)
+            started = clock()  # the copies are the engine's work, not the call's time
         try:
             raw = self._fn(input, output, expected) if self._three else self._fn(input, output)
         except (Exception, SystemExit) as exc:
             return _failed(self.fn, self.stage, exc, started)
-        ended = _clock()
+        ended = clock()
         try:
             scored = validate_return(raw, example_id)
         except InvalidReturn as exc:
@@ -217,18 +280,27 @@ class SyncInvoker:
         return Outcome(scored, None, started, ended)
 
     def run(
-        self, example_id: Any, artifact: Any, input: Any, bridge: LLMBridge | None, started: int
+        self,
+        example_id: Any,
+        artifact: Any,
+        input: Any,
+        bridge: LLMBridge | None,
+        started: int,
+        clock: Any = perf_counter_ns,
     ) -> Outcome:
         """Call ``run`` on one example; its return value is the output, whatever it is."""
         ctx = self._ctx
         ctx.example_id = example_id
-        ctx.observation = None
+        ctx._observation = None
         ctx.llm = bridge
+        if self._private:
+            artifact, input = private_artifact(artifact), private_copy(input)
+            started = clock()  # the copies are the engine's work, not the call's time
         try:
             raw = self._fn(artifact, input)
         except (Exception, SystemExit) as exc:
             return _failed(self.fn, self.stage, exc, started)
-        return Outcome(raw, None, started, _clock())
+        return Outcome(raw, None, started, clock())
 
     def _invoke_score(self, call: ScoreCall, bridge: LLMBridge | None, started: int) -> Outcome:
         return self.score(
@@ -251,34 +323,185 @@ class SyncInvoker:
 
 
 def invoke_sync(
-    fn: UserFunction, stage: Stage, call: Call, bridge: LLMBridge | None = None
+    fn: UserFunction,
+    stage: Stage,
+    call: Call,
+    bridge: LLMBridge | None = None,
+    clock: Any = perf_counter_ns,
 ) -> Outcome:
-    """Run a sync user function on one call; never raises for the user's failures.
+    """Run a sync user function on one call, on private copies of its data; never raises
+    for the user's failures.
 
     A one-off :class:`SyncInvoker`; executors keep one per thread instead.
     """
-    invoker = SyncInvoker(fn, stage)
+    invoker = SyncInvoker(fn, stage, private=True)
     token = invoker.enter()
     try:
-        return invoker.invoke(call, bridge, _clock())
+        return invoker.invoke(call, bridge, clock())
     finally:
         _current.reset(token)
 
 
-async def invoke_async(
-    fn: UserFunction, stage: Stage, call: Call, bridge: LLMBridge | None = None
-) -> Outcome:
-    """Await an async user function on one call (the caller enforces the timeout).
+# -- async calls --------------------------------------------------------------------------
 
-    A user exception (``SystemExit`` too) becomes the outcome; the cancellation that
-    enforces the timeout propagates.
+
+class LoopTime:
+    """What the async calls of one executor did to its event loop, shared by them.
+
+    ``stalled_ns`` sums the steps longer than :data:`LONG_STEP_NS` (a step holds the loop:
+    nothing else runs meanwhile), so that a call's timeout need not count the time other
+    calls held the loop; ``stepping`` is the call whose step runs now (read by a thread
+    that watches the loop, to say which call holds it).
     """
-    token = _current.set(CallContext(call.example_id, stage, call.observation, bridge))
-    started = _clock()
+
+    __slots__ = ("stalled_ns", "stepping")
+
+    def __init__(self) -> None:
+        self.stalled_ns = 0
+        self.stepping: Steps | None = None
+
+
+class Steps:
+    """One async call's steps on the loop: how long its longest held the loop, the sum of
+    its long ones, and where the loop's watcher saw it blocking.
+
+    ``detached``: the executor has given the call up and closed its coroutine; the call
+    is never resumed again (see :func:`invoke_async`).
+    """
+
+    __slots__ = (
+        "blocked_at",
+        "blocked_ns",
+        "coro",
+        "detached",
+        "example_id",
+        "longest_ns",
+        "loop",
+        "on_suspend",
+    )
+
+    def __init__(self, loop: LoopTime, example_id: Any) -> None:
+        self.loop = loop
+        self.example_id = example_id
+        self.longest_ns = 0
+        self.blocked_ns = 0
+        self.blocked_at: str | None = None
+        self.coro: Any = None
+        self.detached = False
+        #: Called when the call first suspends (the executor starts another worker).
+        self.on_suspend: Callable[[], None] | None = None
+
+    def took(self, ns: int) -> None:
+        """A step of the call took ``ns`` on the loop."""
+        if ns > self.longest_ns:
+            self.longest_ns = ns
+        if ns > LONG_STEP_NS:
+            self.blocked_ns += ns
+            self.loop.stalled_ns += ns
+
+
+class _Resume:
+    """Awaits a coroutine that has already taken its first step, timing every step.
+
+    It drives the coroutine with ``send`` / ``throw`` (as a task does) rather than
+    ``await``, so that each step's time on the loop is known (:class:`Steps`), and so
+    that a call the executor gave up (``steps.detached``) is never resumed again.
+    """
+
+    __slots__ = ("first", "steps")
+
+    def __init__(self, first: Any, steps: Steps) -> None:
+        self.first = first
+        self.steps = steps
+
+    def __await__(self, clock: Any = perf_counter_ns) -> Generator[Any, Any, Any]:
+        steps = self.steps
+        coro = steps.coro
+        loop = steps.loop
+        yielded = self.first
+        self.first = None
+        while True:
+            try:
+                value = yield yielded
+                error: BaseException | None = None
+            except BaseException as exc:  # a cancellation, thrown in by the task
+                value, error = None, exc
+            if steps.detached:  # given up: its coroutine was closed, never resume it
+                raise sys.modules["asyncio"].CancelledError() from error
+            loop.stepping = steps
+            began = clock()
+            try:
+                yielded = coro.send(value) if error is None else coro.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            finally:
+                loop.stepping = None
+                steps.took(clock() - began)
+
+
+def _cancel_requested(task: Any, baseline: int) -> bool:
+    """Whether someone asked to cancel ``task`` since it had ``baseline`` requests."""
+    return task is not None and task.cancelling() > baseline
+
+
+async def invoke_async(
+    fn: UserFunction,
+    stage: Stage,
+    call: Call,
+    bridge: LLMBridge | None = None,
+    steps: Steps | None = None,
+    clock: Any = perf_counter_ns,
+) -> Outcome:
+    """Await an async user function on one call, on private copies of its data (the
+    caller enforces the timeout).
+
+    Whatever the function raises becomes the outcome, ``BaseException`` s included
+    (``CancelledError``, ``KeyboardInterrupt``, ``GeneratorExit``, ``SystemExit``, the
+    user's own): only a cancellation someone *requested* of the running task while the
+    call ran (the executor's timeout, the caller being cancelled) propagates, told apart
+    by ``Task.cancelling()``. Each step of the call is timed into ``steps``.
+    """
+    asyncio = sys.modules["asyncio"]  # loaded: this runs in its loop
+    task = asyncio.current_task()
+    baseline = task.cancelling() if task is not None else 0
+    if steps is None:
+        steps = Steps(LoopTime(), call.example_id)
     try:
-        raw = await fn.fn(*call.arguments(fn.arity))
-    except (Exception, SystemExit) as exc:
+        args = call.private_arguments(fn.arity)
+    except BaseException as exc:  # a __deepcopy__ of the user's that raises
+        return _failed(fn, stage, exc, clock())
+    observation = _own_observation(call.observation)
+    token = _current.set(CallContext(call.example_id, stage, observation, bridge))
+    started = clock()  # after the copies: they are the engine's work, not the call's time
+    try:
+        raw = await _first_step(fn.fn(*args), steps)
+    except BaseException as exc:
+        if isinstance(exc, asyncio.CancelledError) and (
+            steps.detached or _cancel_requested(task, baseline)
+        ):
+            raise
         return _failed(fn, stage, exc, started)
     finally:
         _current.reset(token)
     return _settle(fn, stage, call, raw, started)
+
+
+async def _first_step(coro: Any, steps: Steps, clock: Any = perf_counter_ns) -> Any:
+    """Await ``coro``: its first step here (a cheap call ends in it, at the cost of a
+    plain ``await``), the rest through :class:`_Resume`; every step timed."""
+    if not hasattr(coro, "send"):  # an awaitable that is not a coroutine: untimed
+        return await coro
+    steps.coro = coro
+    loop = steps.loop
+    loop.stepping = steps
+    began = clock()
+    try:
+        first = coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    finally:
+        loop.stepping = None
+        steps.took(clock() - began)
+    if steps.on_suspend is not None:
+        steps.on_suspend()
+    return await _Resume(first, steps)

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from ._copy import private_copy
 from ._exceptions import InvalidReturn
 from ._results import Scored
 
@@ -69,11 +70,46 @@ def _to_number(value: Any, what: str, example_id: Any) -> float:
     return float(value)
 
 
+_extra_encoder = msgspec.json.Encoder(order="deterministic")
+_ENCODE_ERRORS = (TypeError, ValueError, RecursionError, OverflowError)  # UnicodeEncodeError too
+
+
 def _normalise_extra(extra: dict[str, Any]) -> dict[str, Any]:
-    """Extra info keys as they will read back from JSON, so results round-trip unchanged."""
-    encoded = msgspec.json.encode(extra, enc_hook=repr, order="deterministic")
+    """Extra info as it will read back from the results file, so results round-trip.
+
+    JSON data, and the values JSON has a standard form for (tuples as lists, int keys as
+    text, Structs and dataclasses as objects), are stored in that form now. A value JSON
+    cannot hold (NaN, a complex number, an object of the metric's own class, text with a
+    lone surrogate, nesting deeper than the encoder goes) is not the metric's failure:
+    the extra is kept as returned (a private copy) and the results file stores it by its
+    rule (``evaluator._storable``: a marker, and a note to the caller), never as a silent
+    ``null`` nor as an error blamed on ``score``.
+    """
+    try:
+        plain = msgspec.to_builtins(extra, str_keys=True)
+        if _has_nonfinite(plain):  # msgspec would write NaN as null without a word
+            return private_copy(extra)
+        encoded = _extra_encoder.encode(plain)
+    except _ENCODE_ERRORS:
+        return private_copy(extra)
     decoded: dict[str, Any] = msgspec.json.decode(encoded)
     return decoded
+
+
+def _has_nonfinite(value: Any) -> bool:
+    """Whether plain data ``value`` (dicts, lists, numbers, text) holds a NaN or infinity."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is float:
+            if not math.isfinite(item):
+                return True
+        elif kind is dict:
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+    return False
 
 
 def validate_return(value: Any, example_id: Any = None) -> Scored:

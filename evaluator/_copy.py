@@ -20,31 +20,26 @@ from typing import Any, TypeVar
 
 import msgspec
 
-__all__ = ["private_copy"]
+__all__ = ["private_artifact", "private_copy"]
 
 T = TypeVar("T")
 
 # Values that cannot change: shared, never copied.
 _ATOMS = frozenset({str, int, float, bool, type(None), bytes, complex, type(msgspec.UNSET)})
+_all_atoms = _ATOMS.issuperset
 
 
 def private_copy(value: T) -> T:
     """A copy of ``value`` that shares no mutable part with it (see the module)."""
     kind = type(value)
-    if kind in _ATOMS:
-        return value
     if kind is dict:
-        for item in value.values():  # type: ignore[attr-defined]
-            if type(item) not in _ATOMS:
-                break
-        else:
+        # One C-level pass over the values' types: a flat dict is copied in one call.
+        if _all_atoms(map(type, value.values())):  # type: ignore[attr-defined]
             return value.copy()  # type: ignore[attr-defined, no-any-return]
-    elif kind is tuple:
-        for item in value:  # type: ignore[attr-defined]
-            if type(item) not in _ATOMS:
-                break
-        else:
-            return value  # a tuple of atoms cannot change
+    elif kind in _ATOMS:
+        return value
+    elif kind is tuple and _all_atoms(map(type, value)):  # type: ignore[call-overload]
+        return value  # a tuple of atoms cannot change
     try:
         return _plain(value)  # type: ignore[no-any-return]
     except (_NotPlain, RecursionError):
@@ -53,6 +48,34 @@ def private_copy(value: T) -> T:
         return copy.deepcopy(value)
     except Exception:  # not copyable (or too deep to copy): shared, as before copies existed
         return value
+
+
+def private_artifact(value: T) -> T:
+    """A copy of the plain-data parts of an artifact (dicts, lists and tuples, as deep as
+    they go), sharing every other object as it is.
+
+    An artifact is usually a prompt or a config, copied for next to nothing; but it may
+    be a large object (a loaded model, a client) that no call should pay to copy, and
+    whose own state is the caller's to guard.
+    """
+    kind = type(value)
+    if kind is dict or kind is list or kind is tuple:
+        try:
+            return _containers(value)  # type: ignore[no-any-return]
+        except RecursionError:  # a container that contains itself: shared
+            return value
+    return value
+
+
+def _containers(value: Any) -> Any:
+    kind = type(value)
+    if kind is dict:
+        return {k: _containers(v) for k, v in value.items()}
+    if kind is list:
+        return [_containers(v) for v in value]
+    if kind is tuple:
+        return tuple([_containers(v) for v in value])
+    return value
 
 
 class _NotPlain(Exception):

@@ -7,8 +7,17 @@ stays on the exception as attributes, and every one pickles itself whole
     EvaluationError
     │   usage errors: the caller's mistake, raised at once, before or outside any call
     ├── ConfigError (ValueError)         a bad option: timeout out of range, unknown executor
+    │   ├── OutputPathError              the output path cannot be written (checked before a run)
+    │   └── ResultsFileError             a results file cannot be resumed, appended to or
+    │       │                            reported on: path, line, problem, fix
+    │       ├── NotAResultsFile          the file is something else (a dataset): never changed
+    │       ├── ResultsLocked            another writer holds the file's lock
+    │       └── ResumeMismatch           the file's results were made with other files
     ├── DatasetError (ValueError)        a bad dataset row: file, line, problem
     ├── OutsideCallError (RuntimeError)  observation() and friends used outside a call
+    ├── ResultsWriteError (OSError)      the disk failed during a run: what was written, how
+    │                                    to resume (not the caller's mistake, but it is theirs
+    │                                    to fix: free space, remount)
     │   a call failed: the user's function broke the contract
     └── ContractError                    a failed contract step: step, example id, message
         └── InvalidReturn (TypeError)    the step "Metric return value"
@@ -19,10 +28,16 @@ Only the contract check raises ``ContractError`` (and ``InvalidReturn`` is how t
 value's validator reports to both). Model calls fail with ``llm_client.LLMError``; the
 model client's own usage errors (``ModelConfigError``, ``ClientClosedError``) are never
 labelled ``llm_error``.
+
+The results file's errors are ``ConfigError``s (the command line prints them as one line
+and exits 2): each names the file and, where it helps, the line, says what is wrong and how
+to go on. One ``ResultsFileError`` serves both readers, ``--resume``'s
+(:mod:`evaluator._resultsfile`) and the report's (:mod:`evaluator._report_html._load`).
 """
 
 from __future__ import annotations
 
+import errno as errno_module
 from pathlib import Path
 from typing import Any
 
@@ -157,3 +172,137 @@ class OutsideCallError(EvaluationError, RuntimeError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.name,))
+
+
+# -- the results file and the output path ------------------------------------------------
+
+
+class OutputPathError(ConfigError):
+    """The output path cannot be written; ``path`` and the ``detail`` of what is wrong
+    (with the fix). Raised before a run by ``check_output_path``."""
+
+    def __init__(self, path: str | Path, problem: str) -> None:
+        self.path = str(path)
+        self.detail = problem
+        # A path with control characters (a NUL, a newline) is shown quoted, so the line
+        # stays one line and the character is visible.
+        shown = self.path if self.path.isprintable() else repr(self.path)
+        super().__init__(f"{shown}: {problem}", option="output", value=self.path)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.path, self.detail))
+
+
+class ResultsFileError(ConfigError):
+    """A results file cannot be resumed, appended to or reported on as it stands.
+
+    ``path`` (None for results given in memory) and ``line`` (1-based; None for the
+    whole file) say where, ``problem`` what is wrong and ``fix`` what to do about it; the
+    message is ``path:line: problem; fix``.
+    """
+
+    def __init__(self, path: str | Path | None, line: int | None, problem: str, fix: str) -> None:
+        self.path = str(path) if path is not None else None
+        self.line = line
+        self.fix = fix
+        where = self.path or "<results>"
+        if line is not None:
+            where = f"{where}:{line}"
+        self.message = f"{where}: {problem}; {fix}"
+        super().__init__(self.message)
+        self.problem = problem  # ConfigError's `problem` is the whole message; this is the part
+
+    def render(self, name: str | None = None) -> str:
+        """The whole message (no option to name: the file is in it)."""
+        return self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.path, self.line, self.problem, self.fix))
+
+
+class NotAResultsFile(ResultsFileError):
+    """The file holds something other than results (a dataset, say); it was not changed."""
+
+
+class ResultsLocked(ResultsFileError):
+    """Another run (or another writer in this process) is writing the file."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(
+            path,
+            None,
+            "another skynet-eval run is writing this results file (it holds the file's lock)",
+            "wait for that run to end, or choose another output file",
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.path))
+
+
+class ResumeMismatch(ResultsFileError):
+    """The file was written for other files; ``changes`` says which and how, ``results``
+    how many results it holds for the dataset."""
+
+    def __init__(self, path: str | Path, changes: list[str], results: int) -> None:
+        self.changes = list(changes)
+        self.results = results
+        super().__init__(
+            path,
+            None,
+            "these results were made with other files, so they are not what this run "
+            f"would compute: {'; '.join(changes)}",
+            "choose another output file to start afresh (or move this one away), or force "
+            f"the resume (--force) to keep its {results} result(s) for ids still in the "
+            "dataset and run only the missing examples with the current files",
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.path, self.changes, self.results))
+
+
+_ADVICE = {
+    errno_module.ENOSPC: "the disk is full: free some space",
+    errno_module.EDQUOT: "the disk quota is used up: free some space or raise the quota",
+    errno_module.EROFS: "the file system became read-only: fix or remount it",
+    errno_module.EIO: "the disk reported an input/output error: check the disk",
+    errno_module.EFBIG: "the file reached the largest size allowed: choose another file",
+}
+
+
+class ResultsWriteError(EvaluationError, OSError):
+    """Writing the results file failed during a run.
+
+    ``path``; ``written``, the results this writer wrote before the failure; ``in_file``,
+    the results the file holds (whole lines: a half-written batch is cut off when the
+    file system allows it, else the next resume drops it); ``cause``, the ``OSError``.
+    """
+
+    def __init__(self, path: str | Path, written: int, in_file: int, cause: OSError) -> None:
+        self.path = str(path)
+        self.written = written
+        self.in_file = in_file
+        self.cause = cause
+        code = cause.errno or 0
+        name = errno_module.errorcode.get(code, str(code))
+        reason = cause.strerror or str(cause)
+        advice = _ADVICE.get(code, "fix the cause")
+        message = (
+            f"could not write to the results file {self.path}: {reason} ({name}); "
+            f"{written} result(s) of this run were written before it, and the file holds "
+            f"{in_file} whole result(s). To go on, {advice}, then run again with --resume "
+            "(in the library: open_results(..., resume=True)); only the missing examples "
+            "will run"
+        )
+        OSError.__init__(self, code, message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        cause = OSError(self.cause.errno, self.cause.strerror)
+        return (_rebuild, (type(self), self.path, self.written, self.in_file, cause))
+
+
+def _rebuild(cls: type[Exception], *args: Any) -> Exception:
+    return cls(*args)

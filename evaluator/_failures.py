@@ -12,15 +12,21 @@ scattered through the engine.
 Where each kind is made:
 
 - ``program_error`` / ``metric_error``: :func:`raised` (the call layer, any executor) and
-  the process executor's :func:`unsendable_arguments`, :func:`unsendable_value` and
-  :func:`unreadable_value` (values that cannot cross the process boundary).
+  the process executor's :func:`unsendable_arguments`, :func:`unsendable_value`,
+  :func:`unreadable_value` and :func:`unreadable_arguments` (values that cannot cross
+  the process boundary, either way).
 - ``invalid_return``: :func:`invalid_return` (the call layer, after ``score``).
 - ``llm_error``: :func:`raised`, for an ``llm_client.LLMError`` out of ``skynet.llm``.
-- ``program_timeout`` / ``metric_timeout``: :func:`timed_out`, in every executor.
+- ``program_timeout`` / ``metric_timeout``: :func:`timed_out`, in every executor, and
+  :func:`blocked_loop` (an async call that held the event loop past its timeout).
 - ``worker_crash``: :func:`worker_died`, :func:`memory_exceeded`,
-  :func:`died_outside_call`, :func:`workers_fail_to_start` (the process executor).
+  :func:`died_outside_call`, :func:`workers_fail_to_start` (the process executor);
+  :func:`ray_actors_lost`, :func:`ray_no_nodes`, :func:`ray_actor_failed` (the Ray
+  executor).
 - ``missing_output``: :func:`missing_output` (the pipeline, score-only runs).
-- ``cancelled``: :func:`closed_before_done` (an executor closed under a waiting call).
+- ``cancelled``: :func:`closed_before_done` (an executor closed under a waiting call);
+  :func:`no_outcome` and :func:`lost_results` (the pipeline, when the engine itself lost
+  a call's outcome or a chunk's results: never a silently missing example).
 
 Imports only what a worker process needs: workers build their outcomes here too.
 """
@@ -38,15 +44,22 @@ if TYPE_CHECKING:
     from ._loader import UserFunction
 
 __all__ = [
+    "blocked_loop",
     "closed_before_done",
     "died_outside_call",
     "invalid_return",
     "kind_of",
+    "lost_results",
     "memory_exceeded",
     "missing_output",
+    "no_outcome",
     "raised",
+    "ray_actor_failed",
+    "ray_actors_lost",
+    "ray_no_nodes",
     "timed_out",
     "timeout_kind",
+    "unreadable_arguments",
     "unreadable_value",
     "unsendable_arguments",
     "unsendable_value",
@@ -165,6 +178,27 @@ def timed_out(stage: Stage, timeout: float, example_id: Any, how: str = "") -> E
     )
 
 
+def blocked_loop(
+    fn: UserFunction,
+    stage: Stage,
+    timeout: float,
+    example_id: Any,
+    held_s: float,
+    where: str | None,
+) -> ErrorInfo:
+    """An async call held the event loop (a blocking call in ``async def``) for so long
+    that it broke its timeout: how long, where, and the fix."""
+    place = f" at {where}" if where else ""
+    return ErrorInfo(
+        timeout_kind(stage),
+        f"{_function(stage)} did not return within the {timeout:g} s timeout on example "
+        f"{example_id!r}: it held the event loop for {held_s:.3g} s at a time without "
+        f"giving it back{place}; a blocking call in `async def` (time.sleep, a sync HTTP "
+        "client, CPU work) stops every other call: await an async form, wrap it in "
+        f"`await asyncio.to_thread(...)`, or make `{fn.name}` a plain `def`",
+    )
+
+
 def worker_died(fn: UserFunction, cause: str) -> ErrorInfo:
     """The worker process died (exit, signal) while running this call."""
     return ErrorInfo(
@@ -225,6 +259,17 @@ def unsendable_value(stage: Stage, exc: BaseException) -> ErrorInfo:
     )
 
 
+def unreadable_arguments(fn: UserFunction, stage: Stage, why: str) -> ErrorInfo:
+    """In the worker: the call's arguments, sent by the engine, cannot be unpickled there
+    (``why``: the exception, in words)."""
+    return ErrorInfo(
+        user_error_kind(stage),
+        f"the arguments of `{fn.name}` cannot be rebuilt in its worker process ({why}); "
+        "pass plain data (dicts, lists, text, numbers) or objects of importable classes, or "
+        "set EXECUTION = 'thread'",
+    )
+
+
 def unreadable_value(fn: UserFunction, stage: Stage, exc: BaseException) -> ErrorInfo:
     """In the engine: the value a worker sent back cannot be unpickled here."""
     return ErrorInfo(
@@ -245,6 +290,49 @@ def missing_output(example_id: Any) -> ErrorInfo:
     )
 
 
+def no_outcome(stage: Stage) -> ErrorInfo:
+    """An executor returned no outcome for this call: a bug of the engine's, counted
+    against the example rather than losing it."""
+    return ErrorInfo(
+        "cancelled",
+        f"the engine received no outcome for this call of {_function(stage)} (a bug of "
+        "skynet-eval: please report it); the example is counted as an error, not lost",
+    )
+
+
+def lost_results(why: str) -> ErrorInfo:
+    """A chunk of examples lost its results inside the engine (``why``)."""
+    return ErrorInfo(
+        "cancelled",
+        f"this example got no result: {why} (a bug of skynet-eval: please report it); "
+        "it is counted as an error, not lost",
+    )
+
+
 def closed_before_done(what: str) -> ErrorInfo:
     """The executor was closed while this call still waited for its outcome."""
     return ErrorInfo("cancelled", f"the {what} was closed before this call finished")
+
+
+def ray_actors_lost(attempts: int) -> ErrorInfo:
+    """The Ray node actors holding this call were lost (node died, actor killed) again
+    and again before it finished."""
+    return ErrorInfo(
+        "worker_crash",
+        f"the Ray actors holding this call were lost {attempts} times before it finished "
+        "(their node died or they were killed); not retried",
+    )
+
+
+def ray_no_nodes(why: str) -> ErrorInfo:
+    """No node of the Ray cluster is left to run this call."""
+    return ErrorInfo(
+        "worker_crash",
+        f"no node of the Ray cluster is left to run this call ({why}); add nodes, or run "
+        "with another `execution`",
+    )
+
+
+def ray_actor_failed(detail: str) -> ErrorInfo:
+    """A node actor failed running a batch, outside the user's function."""
+    return ErrorInfo("worker_crash", f"the Ray node actor failed running this call: {detail}")

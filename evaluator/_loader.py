@@ -17,14 +17,16 @@ imports of the sibling modules it uses, one level deep.
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import importlib.util
 import inspect
+import os
 import sys
 import threading
 import traceback
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,13 +36,16 @@ from ._exceptions import STEP_FILE, STEP_SIGNATURE, ContractError
 __all__ = [
     "EXECUTIONS",
     "MODEL_SDKS",
+    "USER_MODULE_PREFIX",
     "UserFunction",
     "load_function",
     "load_metric",
     "load_program",
 ]
 
-EXECUTIONS = ("process", "thread", "async", "inline")
+EXECUTIONS = ("process", "thread", "async", "inline", "ray")
+#: The name of every user file's module starts with this (see :func:`_module_name`).
+USER_MODULE_PREFIX = "_skynet_user_"
 #: Packages whose calls wait on a model: a module importing one is model-bound.
 MODEL_SDKS = ("openai", "litellm", "dspy", "anthropic")
 _SKYNET_LLM = "skynet.llm"
@@ -76,7 +81,7 @@ class UserFunction:
 def _module_name(path: Path) -> str:
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
     stem = "".join(c if c.isalnum() else "_" for c in path.stem)
-    return f"_skynet_user_{stem}_{digest}"
+    return f"{USER_MODULE_PREFIX}{stem}_{digest}"
 
 
 def _user_frame_line(exc: BaseException, path: Path) -> int | None:
@@ -88,6 +93,44 @@ def _user_frame_line(exc: BaseException, path: Path) -> int | None:
         if Path(frame.filename) == path:
             line = frame.lineno
     return line
+
+
+class _ExitAtImport(BaseException):
+    """``os._exit`` called by a user file while it is imported (a BaseException, so that
+    the file's own ``except Exception`` does not swallow it)."""
+
+    def __init__(self, code: Any) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+_importing: set[int] = set()  # threads importing a user file now
+
+
+def _guarded_exit(code: int, real: Callable[[int], Any] = os._exit) -> Any:
+    """``os._exit`` while a user file imports: in the importing thread, an error the
+    loader reports; anywhere else (or later, through a saved reference), the real one."""
+    if threading.get_ident() in _importing:
+        raise _ExitAtImport(code)
+    return real(code)
+
+
+@contextlib.contextmanager
+def _exit_is_an_error() -> Iterator[None]:
+    """While a user file imports (under the loader's lock), ``os._exit`` in this thread
+    raises instead of ending the process with no word: the contract check and a
+    worker's boot then say which file did it. (A signal the file sends itself, or a
+    crash of native code, still ends the process: nothing in it can stop that.)"""
+    me = threading.get_ident()
+    _importing.add(me)
+    saved = os._exit
+    os._exit = _guarded_exit  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        _importing.discard(me)
+        if os._exit is _guarded_exit:
+            os._exit = saved
 
 
 def import_path(path: str | Path, *, step: str = STEP_FILE) -> types.ModuleType:
@@ -111,7 +154,18 @@ def import_path(path: str | Path, *, step: str = STEP_FILE) -> types.ModuleType:
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         try:
-            spec.loader.exec_module(module)
+            with _exit_is_an_error():
+                spec.loader.exec_module(module)
+        except _ExitAtImport as exc:
+            del sys.modules[name]
+            raise ContractError(
+                step,
+                f"the file exited the process while importing (os._exit({exc.code!r}) at "
+                "import); a file must not end the process when it is imported: remove "
+                "the call, or move it under `if __name__ == '__main__':`",
+                path=resolved,
+                line=_user_frame_line(exc, resolved),
+            ) from None
         except (Exception, SystemExit) as exc:  # SystemExit: a file that calls exit()
             del sys.modules[name]
             line = _user_frame_line(exc, resolved)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import msgspec
 
-from llm_client import ModelConfig
+from llm_client import ModelConfig, Redactor
 
 from ._context import Stage
 from ._report import ModelBudget
@@ -237,6 +237,9 @@ class ModelRouter:
         self._failed = 0
         self._gateway: Gateway | None = None
         self._port: ModelPort | None = None
+        # The second line of defence: a model call's exception enters the engine here,
+        # and leaves without any key the engine holds (the client redacts it already).
+        self._redact = Redactor()
 
     @property
     def has_program_model(self) -> bool:
@@ -271,6 +274,7 @@ class ModelRouter:
         for config in configs:
             if config not in clients:  # one client per distinct configuration
                 clients[config] = await self._stack.enter_async_context(ModelClient(config))
+        self._redact = Redactor(c.api_key() for c in clients if c.api_key_env is not None)
         if self.models.program is not None:
             self._program = clients[self.models.program]
         judge = self.models.judge
@@ -318,7 +322,10 @@ class ModelRouter:
             completion = await client.complete(messages=messages, **options)
         except Exception as exc:
             self.record_failure(token, stage, exc)
-            raise
+            clean = self._redact.exception(exc)
+            if clean is exc:
+                raise
+            raise clean from None
         self.record(token, stage, completion)
         return str(completion.text)
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from ._exceptions import ConfigError
 
-__all__ = ["MAX_TIMEOUT", "validate_count", "validate_timeout"]
+__all__ = ["MAX_TIMEOUT", "validate_count", "validate_ray_address", "validate_timeout"]
 
 MAX_TIMEOUT = 600.0
 
@@ -38,3 +39,26 @@ def validate_count(value: Any, name: str) -> int | None:
             f"must be a positive integer or None, got {value!r}", option=name, value=value
         )
     return value
+
+
+_RAY_ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9._-]+:[0-9]{1,5}|\[[0-9A-Fa-f:.]+\]:[0-9]{1,5}")
+
+
+def _valid_address(value: str) -> bool:
+    return bool(_RAY_ADDRESS.fullmatch(value)) and 0 < int(value.rsplit(":", 1)[1]) < 65536
+
+
+def validate_ray_address(value: Any, name: str = "ray_address") -> str | None:
+    """A Ray cluster: ``"auto"``, ``"HOST:PORT"`` or ``"ray://HOST:PORT"`` (None: a local
+    instance started and stopped by the engine)."""
+    if value is None:
+        return None
+    if isinstance(value, str) and (value == "auto" or _valid_address(value)):
+        return value
+    raise ConfigError(
+        f"must be 'auto' (the cluster `ray start --head` started on this machine), "
+        f"'HOST:PORT' (a cluster's address) or 'ray://HOST:PORT' (Ray Client), got {value!r}; "
+        "leave it unset for a local instance",
+        option=name,
+        value=value,
+    )

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import msgspec
 
-from ._fileerrors import OutputPathError, strerror
+from ._exceptions import OutputPathError
 
-__all__ = ["LOW_SPACE", "OutputCheck", "check_output_path"]
+__all__ = ["LOW_SPACE", "OutputCheck", "check_output_path", "strerror"]
 
 #: Below this much free space the check warns (a result line is about 0.5-2 KB).
 LOW_SPACE = 50 * 1024 * 1024
@@ -78,14 +78,18 @@ def _existing_ancestor(path: Path) -> Path:
 def check_output_path(path: str | Path) -> OutputCheck:
     """Check that results can be written at ``path``; raise :class:`OutputPathError` if not.
 
-    Refused: an empty path, a directory, something that is not a regular file (a
-    device, a pipe), a path under a regular file, a name too long for its file system,
-    a directory or file that cannot be written, a read-only file system, a full disk.
+    Refused: an empty path, a path holding a NUL character, a directory, something that
+    is not a regular file (a device, a pipe), a path under a regular file, a name too
+    long for its file system, a directory or file that cannot be written, a read-only
+    file system, a full disk.
     Missing parent directories are fine (the writer creates them). Low free space is a
     note, since a run's size is not known in advance.
     """
     if str(path) == "":
         raise OutputPathError(path, "the path is empty; give a file name such as results.jsonl")
+    if "\0" in str(path):
+        # The OS cannot take it (Python raises ValueError on every call): say so here.
+        raise OutputPathError(path, "holds a NUL character, which no file name can hold")
     p = Path(path).absolute()
     st = _stat(p)
     if st is not None:
@@ -155,3 +159,12 @@ def _free_space(path: str | Path, base: Path) -> tuple[int | None, tuple[str, ..
             "1 KB); if it fills up the run stops and says how to resume",
         )
     return free, ()
+
+
+def strerror(exc: OSError) -> str:
+    """An ``OSError``'s reason without its errno number or the repeated file name."""
+    if exc.strerror:
+        return exc.strerror
+    if exc.errno:
+        return os.strerror(exc.errno)
+    return str(exc)

@@ -19,19 +19,21 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import msgspec
 
 from ._results import ERROR_KINDS, Observation, Result, Usage
 
 __all__ = [
+    "ClusterSummary",
     "Latency",
     "ModelBudget",
     "NamedScore",
     "Report",
     "ReportBuilder",
     "StageExecution",
+    "combine_clusters",
     "report_rows",
 ]
 
@@ -108,6 +110,42 @@ class ModelBudget(msgspec.Struct, frozen=True, kw_only=True):
         return f"{self.max_concurrency} in flight, {limits} ({self.source})"
 
 
+class ClusterSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a run on a Ray cluster ran (``execution="ray"``), counted by its executors."""
+
+    nodes: int
+    """Nodes whose actors ran calls."""
+    actors: int
+    """Node actors started (one per node and stage, and each replacement)."""
+    actors_lost: int
+    """Actors that died or failed; their unfinished calls were requeued."""
+    lost_nodes: list[str]
+    """Nodes that left the cluster during the run."""
+    batches: int
+    calls_requeued: int
+    calls_by_node: dict[str, int]
+
+
+def combine_clusters(*summaries: ClusterSummary | None) -> ClusterSummary | None:
+    """One summary for the stages that ran on Ray (None: none did)."""
+    present = [s for s in summaries if s is not None]
+    if not present:
+        return None
+    by_node: dict[str, int] = {}
+    for summary in present:
+        for node, calls in summary.calls_by_node.items():
+            by_node[node] = by_node.get(node, 0) + calls
+    return ClusterSummary(
+        nodes=sum(1 for calls in by_node.values() if calls),
+        actors=sum(s.actors for s in present),
+        actors_lost=sum(s.actors_lost for s in present),
+        lost_nodes=sorted({node for s in present for node in s.lost_nodes}),
+        batches=sum(s.batches for s in present),
+        calls_requeued=sum(s.calls_requeued for s in present),
+        calls_by_node=dict(sorted(by_node.items())),
+    )
+
+
 class Report(msgspec.Struct, frozen=True, kw_only=True):
     """Counts, means, latency, throughput and cost of one evaluation."""
 
@@ -136,9 +174,13 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     rate_limited: int
     retries: int
     abandoned_threads: int = 0
+    abandoned_tasks: int = 0
+    """Async calls given up after ignoring their cancellation past the timeout."""
     resumed: int = 0
     executors: tuple[StageExecution, ...] = ()
     model_budgets: tuple[ModelBudget, ...] = ()
+    cluster: ClusterSummary | None = None
+    """The Ray cluster's part, for a run with a stage on ``execution="ray"``."""
 
     @property
     def error_count(self) -> int:
@@ -214,7 +256,8 @@ class ReportBuilder:
         self.rate_limited = 0
         self.retries = 0
         self.resumed = 0
-        self._started = time.perf_counter()
+        self._started = 0.0
+        self.restart_clock()
         self._first_new: float | None = None
         self._new = 0
 
@@ -285,21 +328,27 @@ class ReportBuilder:
         for result in results:
             add(result, resumed=resumed)
 
-    def restart_clock(self) -> None:
+    # The clock is a default argument, bound when the engine is imported: user code in the
+    # engine's process that patches time.perf_counter does not change a run's wall time.
+
+    def restart_clock(self, clock: Callable[[], float] = time.perf_counter) -> None:
         """Measure wall time and throughput from now (after a contract check, say)."""
-        self._started = time.perf_counter()
+        self._started = clock()
 
     def build(
         self,
         *,
         abandoned_threads: int = 0,
+        abandoned_tasks: int = 0,
         wall_s: float | None = None,
         executors: tuple[StageExecution, ...] = (),
         model_budgets: tuple[ModelBudget, ...] = (),
+        cluster: ClusterSummary | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> Report:
         """The report of what was added so far; ``executors`` and ``model_budgets`` say
         how the engine ran (``Evaluator.build_report`` passes them)."""
-        wall = time.perf_counter() - self._started if wall_s is None else wall_s
+        wall = clock() - self._started if wall_s is None else wall_s
         named = {
             name: NamedScore(total / count, int(count))
             for name, (total, count) in sorted(self._named.items())
@@ -335,9 +384,11 @@ class ReportBuilder:
             rate_limited=self.rate_limited,
             retries=self.retries,
             abandoned_threads=abandoned_threads,
+            abandoned_tasks=abandoned_tasks,
             resumed=self.resumed,
             executors=executors,
             model_budgets=model_budgets,
+            cluster=cluster,
         )
 
 
@@ -429,4 +480,19 @@ def _engine_rows(report: Report, option_flags: dict[str, str]) -> Rows:
         )
     if report.abandoned_threads:
         rows.append(("abandoned threads", f"{report.abandoned_threads:,}"))
+    if report.abandoned_tasks:
+        rows.append(("abandoned async calls", f"{report.abandoned_tasks:,}"))
+    if report.cluster is not None:
+        rows += _cluster_rows(report.cluster)
+    return rows
+
+
+def _cluster_rows(cluster: ClusterSummary) -> list[tuple[str, str]]:
+    lost = f" ({len(cluster.lost_nodes)} lost)" if cluster.lost_nodes else ""
+    rows = [
+        ("ray nodes", f"{cluster.nodes:,}{lost}"),
+        ("ray actors", f"{cluster.actors:,} ({cluster.actors_lost:,} lost)"),
+        ("ray batches / calls requeued", f"{cluster.batches:,} / {cluster.calls_requeued:,}"),
+    ]
+    rows += [(f"  {node}", f"{calls:,} calls") for node, calls in cluster.calls_by_node.items()]
     return rows

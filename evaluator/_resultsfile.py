@@ -41,7 +41,7 @@ from typing import IO, Any
 
 import msgspec
 
-from ._fileerrors import NotAResultsFile, ResultsFileError
+from ._exceptions import NotAResultsFile, ResultsFileError
 from ._fingerprint import FORMAT_VERSION, HEADER_KEY, ResultsHeader
 from ._results import Result
 
@@ -283,16 +283,16 @@ class Reader:
                 self.path,
                 number,
                 f"this is not a results file: its first line ({_shown(raw)}) is neither a "
-                "results header nor a result. It was not changed; choose another output "
-                "file (the dataset and other files are never written to)",
+                "results header nor a result, so it was not changed",
+                "choose another output file (the dataset and other files are never written to)",
             )
         ended = "" if raw.endswith(b"\n") else " (it has no newline, but is not the start of one)"
         raise ResultsFileError(
             self.path,
             number,
-            f"not a result line{ended}: {_shown(raw)}. The file was not changed: it was "
-            "edited, or another program wrote to it. Fix or delete that line to resume, "
-            "or choose another output file",
+            f"not a result line{ended}: {_shown(raw)}; the file was not changed (it was "
+            "edited, or another program wrote to it)",
+            "fix or delete that line to resume, or choose another output file",
         )
 
     def _count(self, result: Result) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 
 import msgspec
 
-from ._fileerrors import ResultsFileError, ResultsLocked, ResultsWriteError, ResumeMismatch
+from ._exceptions import ResultsFileError, ResultsLocked, ResultsWriteError, ResumeMismatch
 from ._fingerprint import FORMAT_VERSION, HEADER_KEY, Fingerprints, ResultsHeader, compare
 from ._results import Result
 from ._resultsfile import (
@@ -117,8 +117,9 @@ class ResultsWriter:
                 raise ResultsFileError(
                     self.path,
                     info.torn.line,
-                    "the file ends with an incomplete line; open it with "
-                    "open_results(..., resume=True) (the CLI's --resume), which repairs it",
+                    "the file ends with an incomplete line",
+                    "open it with open_results(..., resume=True) (the CLI's --resume), "
+                    "which repairs it",
                 )
             self.in_file = info.lines
             if not info.empty:
@@ -290,8 +291,8 @@ def _resume(
         raise ResultsFileError(
             path,
             None,
-            f"the file already holds {info.lines} result(s); resume to go on from them "
-            "(--resume), or choose another output file",
+            f"the file already holds {info.lines} result(s)",
+            "resume to go on from them (--resume), or choose another output file",
         )
     writer.in_file = info.lines
     resumed = Resumed(info.done_ids, info.counted, info.foreign, info.duplicates)
@@ -334,7 +335,8 @@ def _check_prints(
                 writer.path,
                 None,
                 f"the header says format {version!r}; this skynet-eval reads format "
-                f"{FORMAT_VERSION}. Use the version that wrote it, or force the resume",
+                f"{FORMAT_VERSION}",
+                "use the version that wrote it, or force the resume (--force)",
             )
         resumed.forced.append(f"the header's format {version!r} could not be read")
     elif prints is not None:

@@ -22,6 +22,7 @@ from ._exceptions import RequestTooLargeError as RequestTooLargeError
 from ._forward import Forwarded as Forwarded
 from ._governor import GovernorStatistics as GovernorStatistics
 from ._governor import RateGovernor as RateGovernor
+from ._redact import Redactor as Redactor
 from ._retry import RetryDetails as RetryDetails
 from ._simulator import ModelSettings as ModelSettings
 from ._simulator import Simulator as Simulator
@@ -52,6 +53,7 @@ __all__ = [
     "ModelConfigError",
     "ModelSettings",
     "RateGovernor",
+    "Redactor",
     "RequestTooLargeError",
     "RetryDetails",
     "Simulator",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
@@ -23,6 +22,7 @@ from ._exceptions import ClientClosedError, LLMError
 from ._forward import Forwarded, ForwardRequest, is_event_stream, reply_headers
 from ._governor import GovernorStatistics, Permit, RateGovernor, governor_for
 from ._pricing import Prices, resolve_prices
+from ._redact import Redactor
 from ._retry import NEVER_RETRY, RetryDetails, backoff, is_retryable_status, server_wait
 from ._transports import HTTPRequest, HTTPResponse, HTTPTransport, Transport, TransportError
 from ._usage import CallUsage, read_usage
@@ -71,22 +71,6 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True):
     retries: int = 0
     rate_limited: int = 0
     finish_reason: str | None = None
-
-
-_SECRETISH = re.compile(r"[A-Za-z0-9_\-\.]{12,}")
-
-
-def _redact(text: str, key: str | None) -> str:
-    """Remove the API key, and any long fragment of it, from provider text."""
-    if not key or len(key) < 6:
-        return text
-    text = text.replace(key, "[redacted]")
-
-    def scrub(match: re.Match[str]) -> str:
-        word = match.group(0)
-        return "[redacted]" if word in key or key in word else word
-
-    return _SECRETISH.sub(scrub, text)
 
 
 def _short(text: str, limit: int = 500) -> str:
@@ -153,20 +137,22 @@ class _Failure:
         self.response: HTTPResponse | None = None
 
 
-def _error_detail(body: bytes) -> tuple[str, str | None]:
-    """The provider's message and code (or type) from an error body, leniently."""
+def _error_detail(body: bytes, redact: Redactor) -> tuple[str, str | None]:
+    """The provider's message and code (or type) from an error body, leniently; the key
+    redacted before the text is shortened (a cut could split it)."""
     try:
         parsed = error_decoder.decode(body)
     except msgspec.DecodeError:
-        text = body.decode("utf-8", "replace").strip()
+        text = redact(body.decode("utf-8", "replace")).strip()
         return (_short(text) or "(empty body)"), None
     err = parsed.error
     if isinstance(err, ErrorDetail):
         code = err.code if err.code is not None else err.type
-        return (_short(err.message) or "(no message)"), (None if code is None else str(code))
+        message = _short(redact(err.message)) or "(no message)"
+        return message, (None if code is None else redact(str(code)))
     if isinstance(err, str):
-        return _short(err), None
-    return _short(body.decode("utf-8", "replace")), None
+        return _short(redact(err)), None
+    return _short(redact(body.decode("utf-8", "replace"))), None
 
 
 def default_transport(config: ModelConfig) -> Transport:
@@ -222,6 +208,8 @@ class ModelClient:
         self._rng = random.Random(seed)
         self._state: Literal["new", "open", "closed"] = "new"
         self._key: str | None = None
+        # Every error text this client makes or passes on goes through it (_redact.py).
+        self._redact = Redactor()
         self._headers: dict[str, str] = {}
         self._governor: RateGovernor | None = None
         self._prices: Prices | None = None
@@ -240,6 +228,7 @@ class ModelClient:
             raise ClientClosedError("this ModelClient is already open", model=self._config.model)
         cfg = self._config
         self._key = self._given_key if self._given_key is not None else cfg.api_key()
+        self._redact = Redactor([self._key])
         self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._key:
             self._headers["Authorization"] = f"Bearer {self._key}"
@@ -357,15 +346,22 @@ class ModelClient:
                 "client:`" + (" (this one is closed)" if self._state == "closed" else ""),
                 model=self._config.model,
             )
-        body, reserve = self._build(messages, options)
-        request = HTTPRequest("POST", self._config.endpoint, self._headers, body)
-        state = _CallState()
-        decoded = await self._within_deadline(
-            self._call(request, reserve, state, self._read_chat, self._config.timeout), state
-        )
-        if isinstance(decoded, _Failure):
-            raise self._give_up(decoded, state)
-        return self._completion(decoded, state)
+        try:
+            body, reserve = self._build(messages, options)
+            request = HTTPRequest("POST", self._config.endpoint, self._headers, body)
+            state = _CallState()
+            call = self._call(request, reserve, state, self._read_chat, self._config.timeout)
+            decoded = await self._within_deadline(call, state)
+            if isinstance(decoded, _Failure):
+                raise self._give_up(decoded, state)
+            return self._completion(decoded, state)
+        except Exception as exc:
+            # The last line: whatever leaves the client (an unexpected exception out of a
+            # transport included) leaves without the key. Ours are clean already.
+            clean = self._redact.exception(exc)
+            if clean is exc:
+                raise
+            raise clean from None
 
     async def forward(
         self,
@@ -395,18 +391,27 @@ class ModelClient:
                 model=self._config.model,
             )
         prepared = ForwardRequest(method, url, headers, body, self._config.model)
-        request = HTTPRequest(method, url, prepared.headers, prepared.body)
-        state = _CallState()
-        attempt_timeout = self._config.timeout if timeout is None else timeout
-        outcome = await self._within_deadline(
-            self._call(request, prepared.reserve, state, _read_forwarded, attempt_timeout), state
-        )
-        if isinstance(outcome, _Failure):
-            if outcome.response is None:
-                raise self._give_up(outcome, state)
-            return self._forwarded(prepared, outcome.response, None, state, failed=True)
-        response, usage = outcome
-        return self._forwarded(prepared, response, usage, state, failed=False)
+        # The request's own key (an SDK's) is scrubbed as well as the client's.
+        redact = Redactor([prepared.api_key, self._key])
+        try:
+            request = HTTPRequest(method, url, prepared.headers, prepared.body)
+            state = _CallState()
+            attempt_timeout = self._config.timeout if timeout is None else timeout
+            call = self._call(request, prepared.reserve, state, _read_forwarded, attempt_timeout)
+            outcome = await self._within_deadline(call, state)
+            if isinstance(outcome, _Failure):
+                if outcome.response is None:
+                    raise self._give_up(outcome, state)
+                return self._forwarded(
+                    prepared, outcome.response, None, state, failed=True, redact=redact
+                )
+            response, usage = outcome
+            return self._forwarded(prepared, response, usage, state, failed=False, redact=redact)
+        except Exception as exc:
+            clean = redact.exception(exc)
+            if clean is exc:
+                raise
+            raise clean from None
 
     async def _within_deadline(self, call: Awaitable[_T], state: _CallState) -> _T:
         """``call`` bounded by the config's deadline (queueing and retries included)."""
@@ -424,8 +429,10 @@ class ModelClient:
             last = f"; last error: {state.last_message}" if state.last_message else ""
             cfg = self._config
             raise LLMError(
-                f"model {cfg.model!r} at {cfg.base_url}: gave up at the deadline of "
-                f"{deadline:g} s after {state.attempts} attempt(s){last}",
+                self._redact(
+                    f"model {cfg.model!r} at {cfg.base_url}: gave up at the deadline of "
+                    f"{deadline:g} s after {state.attempts} attempt(s){last}"
+                ),
                 status=state.last_status,
                 model=cfg.model,
                 attempts=state.attempts,
@@ -511,9 +518,12 @@ class ModelClient:
             try:
                 response = await self._transport.send(request, timeout=timeout)
             except TransportError as exc:
+                # A transport quotes what it could not parse (a status line, a header),
+                # which may be our own Authorization header echoed back.
+                detail = self._redact(exc.detail)
                 if exc.kind == "timeout" and exc.response_started:
-                    return _Failure("body_timeout", exc.detail), None
-                return _Failure("transport", exc.detail), None
+                    return _Failure("body_timeout", detail), None
+                return _Failure("transport", detail), None
             governor.observe(response.headers)
             if not 200 <= response.status < 300:
                 refused = self._status_failure(response)
@@ -535,21 +545,18 @@ class ModelClient:
             if not decoded.choices:
                 raise msgspec.ValidationError("`choices` is empty")
         except msgspec.DecodeError as exc:
-            # A proxy or error page may echo the request's headers: redact the key.
-            snippet = _redact(_short(response.body.decode("utf-8", "replace"), 120), self._key)
-            detail = _redact(str(exc), self._key)
-            failure = _Failure(
-                "malformed", f"malformed response body ({detail}): {snippet!r}", status=200
-            )
-            return failure, None, None
+            # A proxy or error page may echo the request's headers: redact the key
+            # (before shortening: a cut could split it, and again after quoting).
+            text = self._redact(response.body.decode("utf-8", "replace"))
+            message = f"malformed response body ({exc}): {_short(text, 120)!r}"
+            return _Failure("malformed", self._redact(message), status=200), None, None
         usage = decoded.usage
         used = None if usage is None else usage.prompt_tokens + usage.completion_tokens
         return None, decoded, used
 
     def _status_failure(self, response: HTTPResponse) -> _Failure:
         status = response.status
-        message, code = _error_detail(response.body)
-        message = _redact(message, self._key)
+        message, code = _error_detail(response.body, self._redact)
         if status == 429 and code == "insufficient_quota":
             return _Failure(
                 "status",
@@ -579,7 +586,7 @@ class ModelClient:
             why = ""
         where = f"model {cfg.model!r} at {cfg.base_url}"
         return LLMError(
-            f"{where}: {failure.message}{why}",
+            self._redact(f"{where}: {failure.message}{why}"),
             status=failure.status,
             model=cfg.model,
             code=failure.code,
@@ -630,6 +637,7 @@ class ModelClient:
         state: _CallState,
         *,
         failed: bool,
+        redact: Redactor,
     ) -> Forwarded:
         """The reply handed back to the caller, with what it cost."""
         wall = time.perf_counter() - state.started
@@ -638,9 +646,9 @@ class ModelClient:
         note: str | None
         if failed:
             # Some providers echo the key in an error: never hand it on.
-            key = prepared.api_key or self._key
-            if key and len(key) >= 6:
-                body = _redact(body.decode("utf-8", "replace"), key).encode()
+            text = body.decode("utf-8", "replace")
+            if redact.finds(text):
+                body = redact(text).encode()
             cost, note = 0.0, f"HTTP {response.status}: an error reply is not billed"
         elif usage is None:
             cost, note = None, "the server reported no usage, so the cost is unmeasured"

@@ -21,8 +21,10 @@ the message says how to fix.
 Every exception pickles whole, with every attribute, so that one raised in the engine
 arrives in a worker process (and back) as it was raised.
 
-Messages never carry an API key: provider text is scrubbed before it reaches an exception
-(see ``_redact`` in ``_client.py``) and transport exceptions are not chained.
+Messages never carry an API key: every text the client makes or passes on (provider
+messages, what a transport quotes, an unexpected exception out of a transport) goes through
+the client's :class:`~llm_client._redact.Redactor` before it leaves ``llm_client``, and
+transport exceptions are not chained.
 """
 
 from __future__ import annotations

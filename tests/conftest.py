@@ -15,6 +15,9 @@ os.environ.setdefault(
     "DSPY_CACHEDIR", os.path.join(os.environ.get("TMPDIR", "/tmp"), "skynet-dspy-cache")
 )
 os.environ.pop("OPENAI_API_KEY", None)
+# Ray (the "ray" executor's tests): the driver and every node on loopback; read when Ray
+# is imported, so set before any test module can import it.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex

@@ -1,11 +1,12 @@
 """The one way every command starts its event loop, and how a stop signal ends it.
 
 uvloop when it is installed (faster sockets and pipes), else asyncio's own loop, under
-:class:`asyncio.Runner`. A stop signal (Ctrl-C) cancels the command's main task: the
-command finishes what it can say (``run`` prints the partial report) and lets the
-cancellation go on; :func:`run` then raises :class:`Interrupted`, which ``_main`` turns
-into exit code 130 with the command's note. A second stop signal is not caught: the
-signal's previous handler acts (Ctrl-C raises KeyboardInterrupt at once).
+:class:`asyncio.Runner`. A stop signal (Ctrl-C or SIGTERM) cancels the command's main
+task: the command finishes what it can say (``run`` prints the partial report) and lets
+the cancellation go on; :func:`run` then raises :class:`Interrupted`, which ``_main``
+turns into exit code 128 + the signal's number (130 for SIGINT, 143 for SIGTERM) with
+the command's note. A second stop signal is not caught: the signal's previous handler acts
+(Ctrl-C raises KeyboardInterrupt at once, a second SIGTERM ends the process).
 
 A command whose normal end is a stop signal (``simulator`` serves until one) catches
 the cancellation itself and returns; its exit code stands.
@@ -24,13 +25,13 @@ __all__ = ["STOP_SIGNALS", "Interrupted", "run"]
 
 T = TypeVar("T")
 
-#: The signals that ask a command to stop cleanly. SIGTERM joins when the commands are
-#: to treat it like Ctrl-C: add it here.
-STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT,)
+#: The signals that ask a command to stop cleanly: Ctrl-C, and SIGTERM (what `kill`, a
+#: CI runner's cancel, `docker stop` and systemd send), treated alike.
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
 
 
 class Interrupted(KeyboardInterrupt):
-    """A stop signal ended the command: exit code 130, after ``note`` on stderr.
+    """A stop signal ended the command: exit code 128 + ``signum``, after ``note`` on stderr.
 
     A KeyboardInterrupt, so that no ``except Exception`` on the way up swallows it.
     """

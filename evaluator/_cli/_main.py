@@ -10,7 +10,9 @@ This is the one place where a user's mistake becomes exit code 2 and one line,
 rendered by the command's own flag (``timeout`` -> ``--timeout``), read off the parser.
 
 Exit codes: 0 success, 1 the job failed (a contract step, say), 2 a usage error, 130
-interrupted (Ctrl-C).
+interrupted by Ctrl-C (SIGINT), 143 stopped by SIGTERM: 128 + the signal's number, as a
+shell reports a process that a signal ended, so that a supervisor or a CI script can tell
+"stopped from outside" from "failed". Either way the command said what it had done first.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_TERMINATED",
     "EXIT_USAGE",
     "build_parser",
     "main",
@@ -46,7 +49,8 @@ __all__ = [
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _execute(command, args)
     except Interrupted as exc:
         print(exc.note, file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return 128 + exc.signum
     except KeyboardInterrupt:  # before the loop started, or a second Ctrl-C
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 from evaluator import ConfigError
-from evaluator._options import MAX_TIMEOUT, validate_timeout
+from evaluator._options import MAX_TIMEOUT, validate_ray_address, validate_timeout
 
 if TYPE_CHECKING:
     from evaluator import Example
@@ -42,7 +42,7 @@ __all__ = [
     "SimulatorOptions",
 ]
 
-EXECUTIONS = ("process", "thread", "async", "inline")
+EXECUTIONS = ("process", "thread", "async", "inline", "ray")
 DEFAULT_TIMEOUT = 60.0
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 _NEEDS_A_MODEL = "add --model, --metric-model or --reflection-model"
@@ -147,6 +147,12 @@ def _new_file(path: str | None, dest: str) -> str | None:
     """``path`` when a file can be written there: not a folder, in a folder that exists."""
     if path is None:
         return None
+    if "\0" in path:
+        raise ConfigError(
+            f"{path!r} holds a NUL character, which no file name can hold",
+            option=dest,
+            value=path,
+        )
     if Path(path).is_dir():
         raise ConfigError(f"{path} is a folder: name a file", option=dest, value=path)
     parent = Path(path).parent
@@ -377,14 +383,19 @@ class RunOptions:
     data: DataOptions
     program: str | None = None
     artifact: Any = None
+    artifact_path: str | None = None
     output: str | None = None
+    output_notes: tuple[str, ...] = ()
     resume: bool = False
+    force: bool = False
+    report: str | None = None
     timeout: float = DEFAULT_TIMEOUT
     program_timeout: float | None = None
     workers: int | None = None
     concurrency: int | None = None
     execution: str | None = None
     program_execution: str | None = None
+    ray_address: str | None = None
     serving: ServingOptions = ServingOptions()
     json: bool = False
 
@@ -403,6 +414,17 @@ class RunOptions:
         parser.add_argument("--output", metavar="FILE", help="append results here (JSON Lines)")
         parser.add_argument(
             "--resume", action="store_true", help="skip the examples already in --output"
+        )
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="with --resume: keep results made with other files (a changed metric, "
+            "program, artifact or dataset) instead of refusing",
+        )
+        parser.add_argument(
+            "--report",
+            metavar="OUT.html",
+            help="also write the run's HTML report here (as `skynet-eval report` does)",
         )
         RunOptions._add_engine_arguments(parser)
         RunOptions._add_model_arguments(parser.add_argument_group("models (skynet.llm)"))
@@ -428,6 +450,12 @@ class RunOptions:
         )
         parser.add_argument(
             "--program-execution", choices=EXECUTIONS, help="where the program runs"
+        )
+        parser.add_argument(
+            "--ray-address",
+            metavar="ADDRESS",
+            help="the Ray cluster of --execution ray: 'auto' (the one `ray start --head` "
+            "started here), HOST:PORT or ray://HOST:PORT (default: a local instance)",
         )
 
     @staticmethod
@@ -466,39 +494,89 @@ class RunOptions:
         program = _file(args.program, "--program")
         if program is None and (args.artifact is not None or args.artifact_text is not None):
             raise ConfigError("--artifact is used by a program: add --program FILE")
+        if args.force and not args.resume:
+            raise ConfigError(
+                "only applies to a resume: add --resume (it keeps results made with other "
+                "files instead of refusing them)",
+                option="force",
+            )
+        metric = str(_file(args.metric, "--metric"))
+        data = DataOptions.from_args(args)
+        output, notes = _run_output(args.output, resume=args.resume)
+        artifact = _artifact(args.artifact, args.artifact_text)
+        inputs = [metric, data.path, program, args.artifact]
         return cls(
-            metric=str(_file(args.metric, "--metric")),
-            data=DataOptions.from_args(args),
+            metric=metric,
+            data=data,
             program=program,
-            artifact=_artifact(args.artifact, args.artifact_text),
-            output=_run_output(args.output, resume=args.resume),
+            artifact=artifact,
+            artifact_path=args.artifact,
+            output=output,
+            output_notes=notes,
             resume=args.resume,
+            force=args.force,
+            report=_report_file(args.report, output, inputs),
             timeout=timeout,
             program_timeout=program_timeout,
             workers=args.workers,
             concurrency=args.concurrency,
             execution=args.execution,
             program_execution=args.program_execution,
+            ray_address=validate_ray_address(args.ray_address),
             serving=ServingOptions.from_args(args, _run_models(args)),
             json=args.json,
         )
 
 
-def _run_output(path: str | None, *, resume: bool) -> str | None:
-    """``--output``, which must not hold results already unless ``--resume`` goes on."""
+def _run_output(path: str | None, *, resume: bool) -> tuple[str | None, tuple[str, ...]]:
+    """``--output`` and the warnings its check gave (low free space, say).
+
+    Checked here, before the dataset is read and the contract check runs, so a path that
+    cannot be written fails in a second: what is in the file (results to resume, another
+    run's lock, a dataset) is looked at when the run opens it, with the dataset's ids.
+    """
     if path is None:
         if resume:
             raise ConfigError("needs --output FILE (the results to go on from)", option="resume")
+        return None, ()
+    from evaluator._outpath import check_output_path
+
+    return path, check_output_path(path).notes
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except (OSError, ValueError, RuntimeError):
+        return a == b
+
+
+def _report_file(path: str | None, output: str | None, inputs: list[str | None]) -> str | None:
+    """``--report``: a file that can be written, and none the run reads or writes."""
+    if path is None:
         return None
-    _new_file(path, "output")
-    file = Path(path)
-    if not resume and file.exists() and file.stat().st_size:
+    if output is not None and _same_file(path, output):
         raise ConfigError(
-            f"{path} already holds results: pass --resume to go on from them, or choose "
-            "another file",
-            option="output",
+            f"{path} is also --output: the report is HTML, the results are JSON Lines; "
+            "give it another name, e.g. report.html",
+            option="report",
             value=path,
         )
+    for used in inputs:
+        if used is not None and _same_file(path, used):
+            raise ConfigError(
+                f"{path} is one of the run's own files and would be overwritten; give the "
+                "report another name, e.g. report.html",
+                option="report",
+                value=path,
+            )
+    from evaluator._exceptions import OutputPathError
+    from evaluator._outpath import check_output_path
+
+    try:
+        check_output_path(path)
+    except OutputPathError as exc:
+        raise ConfigError(exc.problem, option="report", value=path) from None
     return path
 
 

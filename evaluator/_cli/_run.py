@@ -1,20 +1,32 @@
 """``skynet-eval run``: a whole evaluation with a live progress display and a report.
 
-Flow: read the dataset once (every row checked, counted), run the contract check on the
-first 3 examples end to end (exit 1 if it fails; its results are the run's own), then
-the rest, each result appended to ``--output`` as it arrives. Exit 0 when the run
-completed (whatever the examples' errors), 1 when the contract check failed, 130 on
-Ctrl-C after printing the report of what was done (the results already written are
-kept; ``--resume`` goes on from there).
+Flow: ``--output`` is checked with the flags (``check_output_path``: a path that cannot
+be written fails in a second, not after the contract check). Then the dataset is read
+once (every row checked, counted, its ids kept) and the results file opened
+(``open_results``): its lock is held until the run ends, so a second run writing the same
+file is refused; a new file gets a header with the run's fingerprints; ``--resume``
+refuses a file whose results were made with other files unless ``--force``, counts each
+of the dataset's ids once (foreign ids and duplicates never), and repairs only a torn last
+line. Then the contract check on the first 3 examples end to end (exit 1 if it fails; its
+results are the run's own), then the rest, each result appended to ``--output`` as it
+arrives.
+
+Exit 0 when the run completed (whatever the examples' errors); 1 when the contract check
+failed, when the run has fewer results than examples (``check_result_count``), or when
+the results file (or the ``--report`` page) could not be written, after
+the report of what was written and how to resume; 130 on Ctrl-C and 143 on SIGTERM, after
+printing the report of what was done (the results already written are kept;
+``--resume`` goes on from there).
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -23,15 +35,21 @@ from rich.console import Console
 from evaluator import (
     ConfigError,
     ContractError,
+    EvaluationError,
     Evaluator,
     Example,
     Models,
+    Report,
     ReportBuilder,
     Result,
+    ResultsWriteError,
     ResultsWriter,
     check_contract,
-    read_results,
+    fingerprint_run,
+    open_results,
 )
+from evaluator._executors._base import fit_workers
+from evaluator._pipeline._assembly import check_result_count
 
 from . import _loop
 from ._main import EXIT_FAILED, EXIT_OK
@@ -47,38 +65,67 @@ __all__ = ["CHECK_EXAMPLES", "execute"]
 
 CHECK_EXAMPLES = 3
 INTERRUPTED = "interrupted: the results written so far are kept"
+#: How many of the values stored in a changed form the warning quotes.
+SHOWN_CHANGES = 3
 
 
 @dataclass(slots=True)
 class _Plan:
-    """What the run starts from: the dataset's size and first examples, and with
-    ``--resume`` the ids already done (their results already in the report)."""
+    """What the run starts from: the dataset's size, ids and first examples, and with
+    ``--resume`` the ids already done (their results already in the report).
+    ``kept`` collects the run's results when ``--report`` needs them and no file does."""
 
     total: int
     first: list[Example]
+    ids: list[Any] = field(default_factory=list)
     done: set[Any] = field(default_factory=set)
     builder: ReportBuilder = field(default_factory=ReportBuilder)
+    kept: list[Result] | None = None
+
+
+@dataclass(slots=True)
+class _Ending:
+    """How the stream of results ended early, if it did: stopped by a signal
+    (``cancelled``) or by the results file (``write_error``)."""
+
+    cancelled: asyncio.CancelledError | None = None
+    write_error: ResultsWriteError | None = None
 
 
 def execute(options: RunOptions) -> int:
-    """The run: 0 completed, 1 the contract check failed; Ctrl-C raises Interrupted."""
+    """The run: 0 completed, 1 the contract check failed or a file could not be written;
+    a stop signal raises Interrupted."""
+    _warn_all(options.output_notes)
     serving = Serving(options.serving)  # a missing key stops us before the dataset is read
     plan = _plan(options)
-    try:
-        with reserved_stdout(options.json) as stream:
-            return _loop.run(lambda: _main(options, serving, plan, stream), note=INTERRUPTED)
-    except ContractError as exc:  # the metric or program file cannot be loaded
-        print(f"skynet-eval run: contract check failed: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+    with _results_file(options, plan) as writer:
+        try:
+            with reserved_stdout(options.json) as stream:
+                return _loop.run(
+                    lambda: _main(options, serving, plan, writer, stream), note=INTERRUPTED
+                )
+        except ContractError as exc:  # the metric or program file cannot be loaded
+            print(f"skynet-eval run: contract check failed: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+
+
+def _warn(message: str) -> None:
+    print(f"skynet-eval run: warning: {message}", file=sys.stderr)
+
+
+def _warn_all(messages: Iterable[str]) -> None:
+    for message in messages:
+        _warn(message)
 
 
 def _plan(options: RunOptions) -> _Plan:
-    """Read the dataset once (validate every row, count it, keep the first examples),
-    and with ``--resume`` read back what is already done."""
+    """Read the dataset once: validate every row, count it, keep its id and the first
+    examples."""
     plan = _Plan(total=0, first=[])
     for example in options.data.examples():
         if plan.total < CHECK_EXAMPLES:
             plan.first.append(example)
+        plan.ids.append(example.id)
         plan.total += 1
     if plan.total == 0:
         raise ConfigError(
@@ -86,22 +133,60 @@ def _plan(options: RunOptions) -> _Plan:
             option="data",
             value=options.data.path,
         )
-    output = Path(options.output) if options.output else None
-    if options.resume and output is not None and output.exists():
-        for result in read_results(output):
-            plan.done.add(result.example_id)
-            plan.builder.add(result, resumed=True)
+    if options.report is not None and options.output is None:
+        plan.kept = []
     return plan
 
 
-def _todo(options: RunOptions, done: set[Any]) -> Iterator[Example]:
-    examples = options.data.examples()
-    if not done:
-        return examples
-    return (ex for ex in examples if ex.id not in done)
+@contextmanager
+def _results_file(options: RunOptions, plan: _Plan) -> Iterator[ResultsWriter | None]:
+    """``--output`` opened for the whole run (its lock held), with ``--resume`` what it
+    already holds counted into ``plan``; None without ``--output``.
+
+    The refusals (another run holds the file, it is not a results file, its results were
+    made with other files) are ConfigErrors: one line, exit 2, the file unchanged.
+    """
+    if options.output is None:
+        yield None
+        return
+    path = Path(options.output)
+    created = not path.exists()
+    prints = fingerprint_run(
+        dataset=options.data.path,
+        metric=options.metric,
+        program=options.program,
+        artifact=options.artifact,
+        artifact_path=options.artifact_path,
+        input_cols=options.data.input_cols,
+        output_cols=options.data.output_cols,
+    )
+    writer, resumed = open_results(
+        path,
+        fingerprints=prints,
+        resume=options.resume,
+        force=options.force,
+        dataset_ids=plan.ids,
+        on_result=partial(plan.builder.add, resumed=True),
+    )
+    with writer:
+        _warn_all(resumed.notes)
+        plan.done = resumed.done_ids
+        try:
+            yield writer
+        finally:
+            if created and writer.written == 0:
+                # Nothing was written (the contract check failed, say): leave no empty
+                # file behind. Removed while the lock is still held.
+                path.unlink(missing_ok=True)
 
 
-async def _main(options: RunOptions, serving: Serving, plan: _Plan, stream: TextIO) -> int:
+async def _main(
+    options: RunOptions,
+    serving: Serving,
+    plan: _Plan,
+    writer: ResultsWriter | None,
+    stream: TextIO,
+) -> int:
     out = console()
     async with (
         serving.open() as configs,
@@ -110,10 +195,11 @@ async def _main(options: RunOptions, serving: Serving, plan: _Plan, stream: Text
             options.program,
             timeout=options.timeout,
             program_timeout=options.program_timeout,
-            workers=options.workers,
+            workers=fit_workers(options.workers, plan.total),
             concurrency=options.concurrency,
             execution=options.execution,
             program_execution=options.program_execution,
+            ray_address=options.ray_address,
             models=_models(configs, serving.simulator_url),
         ) as ev,
     ):
@@ -127,15 +213,26 @@ async def _main(options: RunOptions, serving: Serving, plan: _Plan, stream: Text
         # their model calls twice (but never twice for an id --resume already has).
         checked = [r for r in checked if r.example_id not in plan.done]
         plan.done.update(r.example_id for r in checked)
-        cancelled = await _evaluate(ev, options, plan, checked)
+        ending = await _evaluate(ev, options, plan, writer, checked)
+        interrupted = ending.cancelled is not None
         report = ev.build_report(plan.builder)
         if options.json:
             write_json(stream, report)
         else:
-            print_report(report, out, interrupted=cancelled is not None, output=options.output)
-    if cancelled is not None:
-        raise cancelled  # the report is out: let the stop go on to the loop starter
-    return EXIT_OK
+            print_report(report, out, interrupted=interrupted, output=options.output)
+        if writer is not None:
+            _warn_changes(writer)
+        page_ok = await _html_report(options, plan, report, out, interrupted=interrupted)
+    if ending.write_error is not None:
+        print(f"skynet-eval run: error: {ending.write_error}", file=sys.stderr)
+    if ending.cancelled is not None:
+        raise ending.cancelled  # the reports are out: let the stop go on to the loop starter
+    incomplete = check_result_count(plan.total, report.n)
+    if ending.write_error is None and incomplete is not None:
+        # Never exit 0 for a run with fewer results than examples.
+        print(f"skynet-eval run: error: {incomplete}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK if ending.write_error is None and page_ok else EXIT_FAILED
 
 
 def _models(configs: dict[str, ModelConfig], simulator_url: str | None) -> Models | None:
@@ -177,40 +274,59 @@ async def _check(
     return bool(report.ok)
 
 
+def _todo(options: RunOptions, done: set[Any]) -> Iterator[Example]:
+    examples = options.data.examples()
+    if not done:
+        return examples
+    return (ex for ex in examples if ex.id not in done)
+
+
 async def _evaluate(
-    ev: Evaluator, options: RunOptions, plan: _Plan, checked: list[Result]
-) -> asyncio.CancelledError | None:
+    ev: Evaluator,
+    options: RunOptions,
+    plan: _Plan,
+    writer: ResultsWriter | None,
+    checked: list[Result],
+) -> _Ending:
     """Every example not done yet, each result written, counted and shown as it comes;
-    the cancellation that stopped it early, if one did."""
-    writer = ResultsWriter(options.output) if options.output else None
+    what ended it early, if anything did."""
     live = sys.stderr.isatty() and not options.json
-    opened: AbstractContextManager[Any] = writer if writer is not None else nullcontext()
-    with opened, RunProgress(plan.total, len(plan.done) - len(checked), live=live) as progress:
-        if checked:
-            _handle(checked, writer, plan.builder, progress, ev)
+    handle = partial(_handle, writer=writer, plan=plan, ev=ev)
+    with RunProgress(plan.total, len(plan.done) - len(checked), live=live) as progress:
         stream = ev.stream(options.artifact, _todo(options, plan.done))
         try:
+            if checked:
+                handle(checked, progress)
             async with stream:
                 # Results arrive in chunks: write, count and display each at once.
                 async for batch in stream.batches():
-                    _handle(batch, writer, plan.builder, progress, ev)
+                    handle(batch, progress)
+        except ResultsWriteError as exc:
+            # The disk failed: leaving the stream cancels the rest. The file holds whole
+            # lines only; the report says what was written, the error how to resume.
+            return _Ending(write_error=exc)
         except asyncio.CancelledError as exc:
-            # Ctrl-C (the loop starter cancelled this task): what was written stays in
-            # --output for --resume; the caller reports it, then lets the stop go on.
-            return exc
-    return None
+            # A stop signal (the loop starter cancelled this task): what was written
+            # stays in --output for --resume; the caller reports it, then lets the stop
+            # go on.
+            return _Ending(cancelled=exc)
+    return _Ending()
 
 
 def _handle(
     batch: Sequence[Result],
-    writer: ResultsWriter | None,
-    builder: ReportBuilder,
     progress: RunProgress,
+    *,
+    writer: ResultsWriter | None,
+    plan: _Plan,
     ev: Evaluator,
 ) -> None:
+    # Written first: a result is counted in the report only once it is in the file.
     if writer is not None:
         writer.write(batch)
-    builder.add_many(batch)
+    plan.builder.add_many(batch)
+    if plan.kept is not None:
+        plan.kept.extend(batch)
     models = ev.statistics().models
     cost = (
         None
@@ -225,3 +341,50 @@ def _handle(
             cost=cost,
         ),
     )
+
+
+def _warn_changes(writer: ResultsWriter) -> None:
+    """One warning for every value the results file holds in a changed form."""
+    if not writer.changed:
+        return
+    shown = "; ".join(str(change) for change in writer.changes[:SHOWN_CHANGES])
+    more = writer.changed - min(SHOWN_CHANGES, len(writer.changes))
+    _warn(
+        f"{writer.changed} value(s) could not be stored in {writer.path} as they were "
+        f"(JSON cannot hold them) and are stored in a changed form: {shown}"
+        f"{f' (and {more} more)' if more > 0 else ''}. Scores are unchanged; return "
+        "JSON-compatible values from the program and the metric to keep them exactly"
+    )
+
+
+async def _html_report(
+    options: RunOptions, plan: _Plan, report: Report, out: Console, *, interrupted: bool
+) -> bool:
+    """``--report``: the run's HTML page, built off the loop (100,000 examples take
+    seconds). False when it could not be written (said on stderr)."""
+    if options.report is None:
+        return True
+    from evaluator import write_html_report
+
+    source: Any = options.output if options.output is not None else (plan.kept or [])
+    build = partial(
+        write_html_report,
+        source,
+        options.report,
+        data=options.data.path,
+        input_cols=options.data.input_cols,
+        output_cols=options.data.output_cols,
+        meta={
+            "wall_s": report.wall_s,
+            "throughput": report.throughput,
+            "interrupted": True if interrupted else None,
+        },
+    )
+    try:
+        built = await asyncio.to_thread(build)
+    except (EvaluationError, OSError) as exc:
+        print(f"skynet-eval run: error: --report {options.report}: {exc}", file=sys.stderr)
+        return False
+    if not options.json:
+        out.print(f"report: {built.path}", markup=False, soft_wrap=True)
+    return True

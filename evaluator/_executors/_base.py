@@ -13,6 +13,7 @@ pipeline keeps that many busy, and never guesses it from the executor's kind.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, Self
@@ -23,17 +24,28 @@ from .._calls import Call, LLMHandler, Outcome
 from .._context import Stage
 from .._exceptions import ConfigError
 from .._loader import UserFunction
-from .._options import validate_count, validate_timeout
+from .._options import validate_count, validate_ray_address, validate_timeout
 
 __all__ = [
+    "MAX_THREADS",
+    "PROCESSES_PER_CORE",
     "ExecutionKind",
     "Executor",
     "ExecutorOptions",
     "ExecutorStatistics",
     "check_executor",
+    "check_workers",
+    "fit_workers",
 ]
 
-ExecutionKind = Literal["process", "thread", "async", "inline"]
+#: Worker processes at most per core: each is a whole interpreter (tens of MB, a start-up
+#: of a third of a second), and more than a few per core only makes them queue for CPU.
+PROCESSES_PER_CORE = 8
+#: Threads at most: enough for a model-bound stage's concurrency, far from the point
+#: where the operating system refuses to start one.
+MAX_THREADS = 4096
+
+ExecutionKind = Literal["process", "thread", "async", "inline", "ray"]
 
 
 class ExecutorStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,7 +73,7 @@ class Executor(Protocol):
 
     @property
     def kind(self) -> ExecutionKind:
-        """Where calls run: "async", "thread", "inline" or "process"."""
+        """Where calls run: "async", "thread", "inline", "process" or "ray"."""
         ...
 
     @property
@@ -96,7 +108,8 @@ class ExecutorOptions:
     function is model-bound (a thread pool runs that many threads unless ``workers``
     says otherwise), ``concurrency`` bounds the async executor's calls at once and a
     thread pool's size, ``max_calls_per_worker`` and ``memory_limit_mb`` apply to worker
-    processes, and ``llm_handler`` answers ``skynet.llm`` from the calls (None: no model).
+    processes, ``llm_handler`` answers ``skynet.llm`` from the calls (None: no model), and
+    ``ray_address`` is the Ray cluster of "ray" (None: a local instance).
     """
 
     timeout: float
@@ -106,6 +119,7 @@ class ExecutorOptions:
     max_calls_per_worker: int | None = None
     memory_limit_mb: int | None = None
     llm_handler: LLMHandler | None = None
+    ray_address: str | None = None
 
     def __post_init__(self) -> None:
         validate_timeout(self.timeout, "timeout", upper=None)
@@ -114,6 +128,7 @@ class ExecutorOptions:
         validate_count(self.concurrency, "concurrency")
         validate_count(self.max_calls_per_worker, "max_calls_per_worker")
         validate_count(self.memory_limit_mb, "memory_limit_mb")
+        validate_ray_address(self.ray_address)
 
 
 def check_executor(fn: UserFunction, stage: Any, kind: ExecutionKind, timeout: Any) -> float:
@@ -138,3 +153,49 @@ def check_executor(fn: UserFunction, stage: Any, kind: ExecutionKind, timeout: A
             value=kind,
         )
     return validate_timeout(timeout, "timeout", upper=None)
+
+
+def check_workers(workers: Any, kind: ExecutionKind) -> int | None:
+    """``workers`` for an executor of ``kind``: a positive integer within the kind's
+    limit (or None, the executor's default).
+
+    An absurd count (``--workers 100000``) is refused with the limit named, before a
+    single process or thread starts.
+    """
+    count = validate_count(workers, "workers")
+    if count is None:
+        return None
+    if kind == "process":
+        cores = os.cpu_count() or 1
+        limit = PROCESSES_PER_CORE * cores
+        if count > limit:
+            raise ConfigError(
+                f"must be at most {limit} for worker processes ({PROCESSES_PER_CORE} per "
+                f"core, {cores} cores here), got {count}; each worker is a whole Python "
+                "interpreter: use fewer (the default is one per core), or threads for "
+                "code that waits on the network",
+                option="workers",
+                value=workers,
+            )
+    elif count > MAX_THREADS:
+        raise ConfigError(
+            f"must be at most {MAX_THREADS} threads, got {count}; use fewer",
+            option="workers",
+            value=workers,
+        )
+    return count
+
+
+def fit_workers(workers: int | None, examples: int) -> int | None:
+    """``workers`` for a run of ``examples`` known in advance (the command line): never
+    more than the examples can use, since a process pool starts all its interpreters at
+    once (a thread pool starts threads as calls need them).
+
+    A count above what worker processes allow is passed on unchanged, so that the
+    executor refuses the value the user gave (:func:`check_workers`), not a capped one.
+    """
+    if workers is None or isinstance(workers, bool) or not isinstance(workers, int):
+        return workers
+    if workers > PROCESSES_PER_CORE * (os.cpu_count() or 1):
+        return workers
+    return max(1, min(workers, examples))

@@ -56,6 +56,19 @@ def open_executor(
             max_calls_per_worker=options.max_calls_per_worker,
             memory_limit_mb=options.memory_limit_mb,
         )
+    if execution == "ray":
+        from ._ray._executor import RayExecutor
+
+        return RayExecutor(
+            fn,
+            stage,
+            timeout=options.timeout,
+            workers=options.workers,
+            llm_handler=options.llm_handler,
+            max_calls_per_worker=options.max_calls_per_worker,
+            memory_limit_mb=options.memory_limit_mb,
+            address=options.ray_address,
+        )
     raise ConfigError(
         f"must be one of {', '.join(map(repr, KINDS))}, got {execution!r}",
         option="execution",

@@ -21,15 +21,16 @@ import os
 import queue
 import threading
 from collections.abc import Sequence
-from typing import ClassVar, Self, cast
+from time import perf_counter_ns
+from typing import Any, ClassVar, Self, cast
 
 from .. import _failures as failures
 from .._aio import shielded
-from .._calls import Call, LLMHandler, Outcome, SyncInvoker, _clock
+from .._calls import Call, LLMHandler, Outcome, SyncInvoker
 from .._context import Stage
 from .._loader import UserFunction
 from .._options import validate_count
-from ._base import ExecutionKind, ExecutorStatistics, check_executor
+from ._base import ExecutionKind, ExecutorStatistics, check_executor, check_workers
 from ._bridge import LoopBridge
 
 __all__ = [
@@ -130,7 +131,8 @@ class _Worker(threading.Thread):
 
     def run(self) -> None:
         pool = self.pool
-        invoker = SyncInvoker(pool.fn, pool.stage)
+        # private: each call gets its own copy of the example's data (one engine, one memory)
+        invoker = SyncInvoker(pool.fn, pool.stage, private=True)
         invoker.enter()  # this thread's context, for good: no set/reset per call
         jobs = pool.jobs
         while True:
@@ -140,12 +142,14 @@ class _Worker(threading.Thread):
             if not self._work(job, invoker):
                 return
 
-    def _work(self, job: _Job, invoker: SyncInvoker) -> bool:
-        """Claim and run calls of ``job`` until none is left; False once abandoned."""
+    def _work(self, job: _Job, invoker: SyncInvoker, clock: Any = perf_counter_ns) -> bool:
+        """Claim and run calls of ``job`` until none is left; False once abandoned.
+
+        ``clock``: bound when the engine is imported, before any user file (see
+        ``evaluator._calls``)."""
         invoke = invoker.invoke
         handler = self.pool.handler
         stage = self.pool.stage
-        clock = _clock
         calls = job.calls
         size = job.size
         loop = job.loop
@@ -207,7 +211,7 @@ class ThreadExecutor:
         self.fn = fn
         self.stage: Stage = stage
         self.workers = pool_size(
-            validate_count(workers, "workers"),
+            check_workers(workers, self.kind),
             validate_count(model_budget, "model_budget"),
             validate_count(concurrency, "concurrency"),
         )
@@ -276,11 +280,11 @@ class ThreadExecutor:
         job.timer.cancel()
         return cast(list[Outcome], job.outcomes)
 
-    def _watch(self, job: _Job) -> None:
+    def _watch(self, job: _Job, clock: Any = perf_counter_ns) -> None:
         """On the loop: abandon the calls of ``job`` past their timeout, then re-arm."""
         if job.future.done() or (job.cancelled and not job.running) or self._state != "open":
             return
-        now = _clock()
+        now = clock()
         limit = int(self.timeout * 1e9)
         earliest = now + limit
         replaced = 0
@@ -302,7 +306,7 @@ class ThreadExecutor:
             self._spawn()
             self.jobs.put(job)  # the rest of the batch goes on in the fresh thread
         if not job.future.done() and (job.running or not job.cancelled):
-            delay = max(0.0, (earliest - _clock()) / 1e9)
+            delay = max(0.0, (earliest - clock()) / 1e9)
             job.timer = job.loop.call_later(delay, self._watch, job)
 
     def _abandon(self, worker: _Worker) -> None:
@@ -343,12 +347,12 @@ class ThreadExecutor:
         return [t for t in [*self._threads, *self._abandoned] if t.is_alive()]
 
 
-async def _join(threads: list[_Worker], timeout: float) -> None:
+async def _join(threads: list[_Worker], timeout: float, clock: Any = perf_counter_ns) -> None:
     """Wait until ``threads`` have ended, at most ``timeout`` seconds (polling: a thread
     offers nothing to await)."""
-    deadline = _clock() + int(timeout * 1e9)
+    deadline = clock() + int(timeout * 1e9)
     delay = 0.0005
-    while any(t.is_alive() for t in threads) and _clock() < deadline:
+    while any(t.is_alive() for t in threads) and clock() < deadline:
         await asyncio.sleep(delay)
         delay = min(delay * 2, 0.02)
 

@@ -8,15 +8,21 @@ usage (token -> :class:`~evaluator._models.Meter`) are popped as their examples 
 
 Every example yields exactly one :class:`Result`: a failed call's result carries its
 ``ErrorInfo`` (kind and message, from :mod:`evaluator._failures`) as its feedback, and
-scores ``failure_score``.
+scores ``failure_score``. That holds by construction, not only by each executor's
+promise: a call without an outcome, or a chunk without its results, gets an explicit
+``cancelled`` error result naming the engine as the cause (:func:`complete`,
+:func:`lost`), and :func:`check_result_count` is the last check a caller (the command
+line) makes: a run with fewer results than examples must not pass for a complete one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .. import _failures as failures
 from .._calls import Outcome, RunCall, ScoreCall
+from .._context import Stage
 from .._dataset import NO_OUTPUT, Example
 from .._models import Meter
 from .._results import Observation, Result, Usage
@@ -25,7 +31,10 @@ __all__ = [
     "NO_USAGE",
     "SCORE_ONLY",
     "after_program",
+    "check_result_count",
+    "complete",
     "fill_holes",
+    "lost",
     "missing_output",
     "run_calls",
     "score_only_calls",
@@ -46,6 +55,12 @@ SCORE_ONLY = Observation(
 _WORKER_ENDED = ("time not measured: the program's worker ended",)
 #: The judge usage of a metric call that made no model call.
 NO_USAGE = Usage()
+#: The observation of an example whose result the engine lost.
+_NOT_MEASURED = Observation(
+    duration_ms=None,
+    cost_usd=None,
+    notes=("time not measured: no result", "cost not measured: no result"),
+)
 
 
 def run_calls(artifact: Any, examples: list[Example], base: int) -> list[RunCall]:
@@ -93,7 +108,11 @@ def after_program(
     results: list[Result | None] = []
     score_calls: list[ScoreCall] = []
     where: list[int] = []
+    if len(outcomes) != len(calls):  # an executor broke its promise: pad, never drop
+        outcomes = [*outcomes[: len(calls)], *[None] * (len(calls) - len(outcomes))]  # type: ignore[list-item]
     for i, (ex, call, outcome) in enumerate(zip(examples, calls, outcomes, strict=True)):
+        if outcome is None:  # no outcome for this call (a bug of the engine's)
+            outcome = _no_outcome("run")
         meter = meters.pop(call.token, None) if meters else None
         observation = _program_observation(outcome, meter)
         error = outcome.error
@@ -122,7 +141,14 @@ def scored_results(
     out: list[Result] = []
     append = out.append
     errors = 0
+    if len(outcomes) != len(calls):  # an executor broke its promise: pad, never drop
+        outcomes = [*outcomes[: len(calls)], *[None] * (len(calls) - len(outcomes))]  # type: ignore[list-item]
     for call, outcome in zip(calls, outcomes, strict=True):
+        try:
+            error = outcome.error
+        except AttributeError:  # no outcome for this call (a bug of the engine's)
+            outcome = _no_outcome("score")
+            error = outcome.error
         judge = no_usage
         if meters:
             meter = meters.pop(call.token, None)
@@ -130,7 +156,6 @@ def scored_results(
                 judge = meter.usage()
         started = outcome.started_ns
         metric_ms = (outcome.ended_ns - started) / 1e6 if started else None
-        error = outcome.error
         # Positional, in field order (see Result): twice as fast as keywords.
         if error is None:
             s = outcome.value
@@ -190,10 +215,57 @@ def with_missing_outputs(
     ]
 
 
+def _no_outcome(stage: Stage) -> Outcome:
+    return Outcome(None, failures.no_outcome(stage))
+
+
+def lost(examples: list[Example], failure_score: float, why: str) -> list[Result]:
+    """An error result for each of ``examples``, whose results were lost (``why``)."""
+    error = failures.lost_results(why)
+    return [
+        Result(ex.id, failure_score, {}, error.message, error, _NOT_MEASURED, NO_USAGE)
+        for ex in examples
+    ]
+
+
+def complete(
+    examples: list[Example], results: Sequence[Result | None], failure_score: float
+) -> tuple[list[Result], int]:
+    """``results`` (one per example, in order) with an error result in the place of each
+    one missing; and how many were missing."""
+    missing = 0
+    out: list[Result] = []
+    for i, ex in enumerate(examples):
+        result = results[i] if i < len(results) else None
+        if result is None:
+            missing += 1
+            result = lost([ex], failure_score, "the engine produced no result for it")[0]
+        out.append(result)
+    return out, missing
+
+
+def check_result_count(examples: int, results: int) -> str | None:
+    """None when a run has a result for each of its ``examples``; else what went wrong,
+    in the words a command line prints before it exits non-zero.
+
+    ``examples``: how many the run was given; ``results``: how many results it counted
+    for them (resumed ones included).
+    """
+    if results >= examples:
+        return None
+    return (
+        f"{examples - results:,} of {examples:,} examples have no result ({results:,} "
+        "results): the run is incomplete. Every example should get exactly one result, "
+        "even when it fails: this is a bug of skynet-eval, please report it with this "
+        "message. The results written so far are kept; --resume runs the missing examples"
+    )
+
+
 def fill_holes(
     results: list[Result | None], where: list[int], scored: list[Result]
 ) -> list[Result]:
-    """The run stage's results with the scored ones in their places."""
+    """The run stage's results with the scored ones in their places (``scored_results``
+    gives one per score call, so every hole is filled)."""
     for i, result in zip(where, scored, strict=True):
         results[i] = result
     return results  # type: ignore[return-value]  # every hole is filled

@@ -27,13 +27,21 @@ from .._aio import shielded
 from .._calls import LLMHandler
 from .._context import Stage
 from .._exceptions import ConfigError
+from .._executors._async import AsyncExecutorStatistics
 from .._executors._base import Executor, ExecutorOptions
 from .._executors._factory import open_executor
 from .._executors._threads import ThreadExecutorStatistics
 from .._loader import EXECUTIONS, UserFunction, load_metric, load_program
 from .._models import ModelRouter, Models, ModelStatistics
-from .._options import MAX_TIMEOUT, validate_count, validate_timeout
-from .._report import ModelBudget, Report, ReportBuilder, StageExecution
+from .._options import MAX_TIMEOUT, validate_count, validate_ray_address, validate_timeout
+from .._report import (
+    ClusterSummary,
+    ModelBudget,
+    Report,
+    ReportBuilder,
+    StageExecution,
+    combine_clusters,
+)
 from .._results import Result
 from ._flow import Flow, ResultStream, Source
 
@@ -66,10 +74,13 @@ class EvaluatorStatistics(msgspec.Struct, frozen=True, kw_only=True):
     program: Any
     models: ModelStatistics
     abandoned_threads: int
+    abandoned_tasks: int = 0
     executors: tuple[StageExecution, ...] = ()
     """Where each stage ran, how many calls at once, and why (empty until opened)."""
     model_budgets: tuple[ModelBudget, ...] = ()
     """The rate budget in force for each model (empty until opened)."""
+    cluster: ClusterSummary | None = None
+    """The Ray cluster's part, when a stage runs on ``execution="ray"``."""
 
 
 class ExecutionChoice(msgspec.Struct, frozen=True, kw_only=True):
@@ -151,6 +162,19 @@ def _refusal(fn: UserFunction, chosen: str) -> str | None:
     return None
 
 
+def _ray_address(address: Any, *executions: str | None) -> str | None:
+    """``ray_address``, checked, and only for a stage that runs on Ray."""
+    checked = validate_ray_address(address)
+    if checked is not None and "ray" not in executions:
+        raise ConfigError(
+            "is for execution 'ray': set `execution` or `program_execution` to 'ray' "
+            "(or EXECUTION = 'ray' in the file), or leave it unset",
+            option="ray_address",
+            value=checked,
+        )
+    return checked
+
+
 def _failure_score(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ConfigError(
@@ -173,7 +197,7 @@ class Evaluator:
     a program the run is score-only and each example's ``output`` field is scored.
     ``timeout`` bounds each metric call (0 < timeout <= 600 s), ``program_timeout`` each
     program call (default 600 s). ``execution`` / ``program_execution`` choose the
-    executor ("process", "thread", "async", "inline"); by default the module's
+    executor ("process", "thread", "async", "inline", "ray"); by default the module's
     ``EXECUTION``, else ``async`` for ``async def``, ``thread`` for a sync function that
     calls a model (``skynet.llm``, openai, litellm, dspy, anthropic), with as many
     threads as the stage's model budget (its ``max_concurrency``, else 64), ``process``
@@ -181,6 +205,8 @@ class Evaluator:
     ``concurrency`` bounds the examples in flight (and the calls at once of every
     executor). ``models`` chooses the program, metric and reflection models for
     ``skynet.llm``. An error result scores ``failure_score``.
+    ``ray_address`` is the Ray cluster of a stage on "ray" ("auto", "HOST:PORT",
+    "ray://HOST:PORT"; None: a local instance started and stopped with the Evaluator).
 
     Pools, model clients and processes are created by ``async with`` inside the running
     loop and released when it exits; a closed Evaluator cannot be reopened. Concurrent
@@ -202,6 +228,7 @@ class Evaluator:
         failure_score: float = 0.0,
         max_calls_per_worker: int | None = None,
         memory_limit_mb: int | None = None,
+        ray_address: str | None = None,
     ) -> None:
         self.timeout = validate_timeout(timeout, "timeout", upper=MAX_TIMEOUT)
         self.program_timeout = (
@@ -244,6 +271,7 @@ class Evaluator:
         )
         self.metric_execution = self.metric_choice.kind
         self.program_execution = None if self.program_choice is None else self.program_choice.kind
+        self.ray_address = _ray_address(ray_address, self.metric_execution, self.program_execution)
         self._state = "new"
         self._stack: contextlib.AsyncExitStack | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -295,6 +323,7 @@ class Evaluator:
             max_calls_per_worker=self.max_calls_per_worker,
             memory_limit_mb=self.memory_limit_mb,
             llm_handler=handler,
+            ray_address=self.ray_address,
         )
         return open_executor(fn, stage, choice.kind, options)
 
@@ -352,11 +381,13 @@ class Evaluator:
 
     def build_report(self, builder: ReportBuilder) -> Report:
         """``builder``'s report, with how this Evaluator ran: each stage's executor and
-        why, the model budgets in force, the threads abandoned."""
+        why, the model budgets in force, the threads and async calls abandoned."""
         return builder.build(
             abandoned_threads=self._abandoned(),
+            abandoned_tasks=self._abandoned_tasks(),
             executors=self._executors(),
             model_budgets=self._budgets(),
+            cluster=self._cluster(),
         )
 
     @property
@@ -381,8 +412,10 @@ class Evaluator:
             program=flow.program.statistics() if flow.program is not None else None,
             models=router.statistics() if router is not None else ModelStatistics(),
             abandoned_threads=self._abandoned(),
+            abandoned_tasks=self._abandoned_tasks(),
             executors=self._executors(),
             model_budgets=self._budgets(),
+            cluster=self._cluster(),
         )
 
     def _executors(self) -> tuple[StageExecution, ...]:
@@ -409,6 +442,15 @@ class Evaluator:
         router = self._flow.router
         return () if router is None else router.budgets()
 
+    def _cluster(self) -> ClusterSummary | None:
+        summaries = []
+        for ex in (self._flow.metric, self._flow.program):
+            stats = ex.statistics() if ex is not None else None
+            summary = getattr(stats, "summary", None)  # a Ray executor's statistics
+            if summary is not None:
+                summaries.append(summary())
+        return combine_clusters(*summaries)
+
     def _abandoned(self) -> int:
         total = 0
         for ex in (self._flow.metric, self._flow.program):
@@ -417,6 +459,13 @@ class Evaluator:
                 if isinstance(stats, ThreadExecutorStatistics):
                     total += stats.abandoned_threads
         return total
+
+    def _abandoned_tasks(self) -> int:
+        return sum(
+            stats.abandoned_tasks
+            for ex in (self._flow.metric, self._flow.program)
+            if ex is not None and isinstance(stats := ex.statistics(), AsyncExecutorStatistics)
+        )
 
 
 async def _close(streams: set[asyncio.Task[None]], stack: contextlib.AsyncExitStack | None) -> None:

@@ -232,10 +232,21 @@ class Flow:
         started = time.perf_counter()
         base = self.next_token
         self.next_token = base + n
-        if self.program is not None:
-            results, errors = await self._with_program(self.program, artifact, examples, base)
-        else:
-            results, errors = await self._score_only(examples, base)
+        try:
+            if self.program is not None:
+                results, errors = await self._with_program(self.program, artifact, examples, base)
+            else:
+                results, errors = await self._score_only(examples, base)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise  # the run is cancelled
+            # Raised inside without anyone cancelling the run: never a silent loss.
+            why = "a cancellation raised inside the engine, not requested by the caller"
+            results, errors = assembly.lost(examples, self.failure_score, why), n
+        if len(results) != n:  # one result per example, whatever happened
+            results, lost = assembly.complete(examples, results, self.failure_score)
+            errors += lost
         self.sizer.observe(n, time.perf_counter() - started, in_flight)
         self.examples += n
         self.ok += n - errors

@@ -28,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-from .._exceptions import EvaluationError
+from .._exceptions import ResultsFileError
 from .._results import Observation, Result, Usage
 
 __all__ = [
@@ -45,24 +45,6 @@ HEADER_KEY = "skynet_eval_results"
 FORMAT_VERSION = 1
 _BOM = b"\xef\xbb\xbf"
 _SHOWN = 60  # bytes of a bad line quoted in its error
-
-
-class ResultsFileError(EvaluationError, ValueError):
-    """A results file (or list of results) cannot be reported on as it stands.
-
-    ``path`` and ``line`` say where (``line`` is 1-based, None for the whole file),
-    ``problem`` what is wrong and ``fix`` what to do about it.
-    """
-
-    def __init__(self, path: str | None, line: int | None, problem: str, fix: str) -> None:
-        self.path = path
-        self.line = line
-        self.problem = problem
-        self.fix = fix
-        where = path or "<results>"
-        if line is not None:
-            where = f"{where}:{line}"
-        super().__init__(f"{where}: {problem}; {fix}")
 
 
 class _Observation(Observation, frozen=True, omit_defaults=True, gc=False):

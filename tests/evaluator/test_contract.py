@@ -106,6 +106,21 @@ class TestDecisions:
         scored = validate_return((0.5, {"feedback": "f", "trace": ["a", 1], "note": "n"}))
         assert scored.extra == {"trace": ["a", 1], "note": "n"}
 
+    def test_extra_json_cannot_hold_is_kept_for_the_results_file(self) -> None:
+        """Extra info JSON cannot hold (NaN, a complex number, a lone surrogate, deep
+        nesting) is kept as returned, never an error and never NaN turned into null;
+        JSON-able forms are normalised as they will read back (tuples, int keys)."""
+        deep: list[Any] = [0]
+        for _ in range(5000):
+            deep = [deep]
+        for value in (math.nan, 1j, "\ud800", deep):
+            scored = validate_return((0.5, {"feedback": "f", "note": value}))
+            assert scored.extra["note"] is value or (
+                isinstance(value, float) and math.isnan(scored.extra["note"])
+            )
+        scored = validate_return((0.5, {"feedback": "f", "pair": (1, 2), "by": {1: "a"}}))
+        assert scored.extra == {"by": {"1": "a"}, "pair": [1, 2]}
+
     def test_three_items(self) -> None:
         """A tuple of three items is not a pair."""
         assert "3 items" in rejected((1.0, {"feedback": ""}, "x")).message

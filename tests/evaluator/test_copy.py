@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from evaluator._copy import private_copy
+from evaluator._copy import private_artifact, private_copy
 
 
 class Point:
@@ -67,3 +67,28 @@ class TestPrivateCopy:
         for _ in range(10_000):
             deep = [deep]
         assert private_copy(deep) is deep
+
+
+class TestPrivateArtifact:
+    def test_plain_data_is_copied_all_the_way_down(self) -> None:
+        """A config artifact's dicts, lists and tuples are copied: editing them in a call
+        leaves the candidate as it was."""
+        artifact = {"prompt": "p", "shots": [{"q": "a"}], "pair": ([1], 2)}
+        copy = private_artifact(artifact)
+        copy["shots"][0]["q"] = "changed"
+        copy["pair"][0].append(3)
+        assert artifact == {"prompt": "p", "shots": [{"q": "a"}], "pair": ([1], 2)}
+
+    def test_objects_are_shared_not_copied(self) -> None:
+        """An object artifact (a model, a client), and an object inside a config, is the
+        caller's own: shared as it is, never deep-copied per call."""
+        model = Point([1])
+        assert private_artifact(model) is model
+        copy = private_artifact({"model": model, "lock": threading.Lock()})
+        assert copy["model"] is model
+
+    def test_a_cycle_is_shared(self) -> None:
+        """A list that contains itself cannot be copied this way: it is shared."""
+        loop: list[Any] = [1]
+        loop.append(loop)
+        assert private_artifact(loop) is loop

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import pickle
 
 import pytest
@@ -14,7 +15,13 @@ from evaluator._exceptions import (
     DatasetError,
     EvaluationError,
     InvalidReturn,
+    NotAResultsFile,
+    OutputPathError,
     OutsideCallError,
+    ResultsFileError,
+    ResultsLocked,
+    ResultsWriteError,
+    ResumeMismatch,
 )
 
 EXAMPLES = [
@@ -25,6 +32,12 @@ EXAMPLES = [
     ContractError(STEP_RUNS, "raised ValueError", example_id="q1", path="/m.py", line=3),
     InvalidReturn("returned 0.8 (float), not a pair", example_id=("a", 1)),
     OutsideCallError("observation"),
+    OutputPathError("out/r.jsonl", "is a directory"),
+    ResultsFileError("r.jsonl", 4, "not a result line", "fix or delete that line"),
+    ResultsFileError(None, None, "no results", "pass at least one result"),
+    NotAResultsFile("data.jsonl", 1, "this is not a results file", "choose another file"),
+    ResultsLocked("r.jsonl"),
+    ResumeMismatch("r.jsonl", ["the metric changed: a then, b now"], 12),
 ]
 
 
@@ -61,3 +74,36 @@ def test_config_error_renders_the_callers_name() -> None:
     error = ConfigError("must be positive, got 0", option="workers", value=0)
     assert str(error) == "`workers` must be positive, got 0"
     assert error.render("--workers") == "--workers must be positive, got 0"
+
+
+class TestResultsFileErrors:
+    def test_one_class_for_both_readers(self) -> None:
+        """The report's reader and --resume's reader raise the same ResultsFileError,
+        a ConfigError (one line on the command line), whose message is where: problem; fix."""
+        from evaluator._report_html import ResultsFileError as from_report
+        from evaluator._resultsfile import NotAResultsFile as from_resume
+
+        assert from_report is ResultsFileError and issubclass(from_resume, ResultsFileError)
+        assert issubclass(ResultsFileError, ConfigError)
+        error = ResultsFileError("r.jsonl", 3, "not JSON", "delete that line")
+        assert str(error) == error.render("--output") == "r.jsonl:3: not JSON; delete that line"
+        assert (error.path, error.line, error.problem, error.fix) == (
+            "r.jsonl",
+            3,
+            "not JSON",
+            "delete that line",
+        )
+
+    @pytest.mark.parametrize("cls", [NotAResultsFile, ResultsLocked, ResumeMismatch])
+    def test_refusals_are_results_file_errors(self, cls: type) -> None:
+        """Every refusal to resume is a ResultsFileError, so one except catches them all."""
+        assert issubclass(cls, ResultsFileError)
+
+    def test_write_error_pickles_with_its_counts_and_cause(self) -> None:
+        """A ResultsWriteError keeps path, counts, errno and the resume advice across pickling."""
+        error = ResultsWriteError("r.jsonl", 5, 17, OSError(errno.ENOSPC, "No space left"))
+        again = pickle.loads(pickle.dumps(error))
+        assert type(again) is ResultsWriteError and str(again) == str(error)
+        assert (again.written, again.in_file, again.cause.errno) == (5, 17, errno.ENOSPC)
+        assert "disk is full" in str(error) and "--resume" in str(error)
+        assert isinstance(error, OSError) and isinstance(error, EvaluationError)

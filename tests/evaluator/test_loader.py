@@ -221,6 +221,45 @@ class TestBrokenFiles:
         with pytest.raises(ContractError, match="SystemExit"):
             load_metric(write(tmp_path, "m.py", "raise SystemExit(3)\n"))
 
+    @pytest.mark.parametrize(
+        "source",
+        [
+            "import os\nos._exit(3)\n",
+            "import os\ntry:\n    os._exit(3)\nexcept Exception:\n    pass\n",
+            "from os import _exit\n_exit(3)\n",
+        ],
+    )
+    def test_os_exit_at_import_is_named(self, tmp_path: Path, source: str) -> None:
+        """A file that calls os._exit at import (even inside `except Exception`) is a
+        failed file step naming the code and the line, not a silent end of the engine;
+        os._exit is the real one again afterwards."""
+        import os
+
+        real = os._exit
+        with pytest.raises(ContractError) as info:
+            load_metric(write(tmp_path, "m.py", source))
+        assert "exited the process while importing (os._exit(3) at import)" in str(info.value)
+        assert info.value.line == source.count("\n", 0, source.index("_exit(3)")) + 1
+        assert os._exit is real
+
+    def test_os_exit_saved_at_import_still_exits_later(self, tmp_path: Path) -> None:
+        """A file that keeps a reference to os._exit while importing gets the real exit
+        when it calls it later (in a subprocess: it ends that process with its code)."""
+        import subprocess
+        import sys
+
+        path = write(
+            tmp_path,
+            "m.py",
+            "import os\nsaved = os._exit\ndef score(i, o):\n    saved(7)\n",
+        )
+        code = (
+            "import sys; from evaluator import load_metric; "
+            f"fn = load_metric({str(path)!r}); fn.fn(1, 2); sys.exit(0)"
+        )
+        done = subprocess.run([sys.executable, "-c", code], timeout=60, check=False)
+        assert done.returncode == 7
+
 
 class TestModules:
     def test_two_files_named_metric(self, tmp_path: Path) -> None:

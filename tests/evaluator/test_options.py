@@ -15,7 +15,12 @@ from evaluator._exceptions import ConfigError
 from evaluator._executors._base import ExecutorOptions, check_executor
 from evaluator._executors._factory import open_executor
 from evaluator._loader import UserFunction, load_metric
-from evaluator._options import MAX_TIMEOUT, validate_count, validate_timeout
+from evaluator._options import (
+    MAX_TIMEOUT,
+    validate_count,
+    validate_ray_address,
+    validate_timeout,
+)
 from evaluator._pipeline import Evaluator, choose_execution
 
 SYNC = "def score(input, output, expected=None):\n    return 1.0, {'feedback': ''}\n"
@@ -118,8 +123,29 @@ class TestExecutorOptions:
 
     def test_open_executor_refuses_an_unknown_kind(self, sync_fn: UserFunction) -> None:
         """An unknown executor kind lists the kinds there are."""
-        with refused("execution", "ray"):
-            open_executor(sync_fn, "score", "ray", ExecutorOptions(timeout=1.0))
+        with refused("execution", "dask"):
+            open_executor(sync_fn, "score", "dask", ExecutorOptions(timeout=1.0))
+
+
+class TestValidateRayAddress:
+    @pytest.mark.parametrize(
+        "value", [None, "auto", "127.0.0.1:6379", "head-node:6379", "ray://10.0.0.5:10001"]
+    )
+    def test_accepted(self, value: Any) -> None:
+        """Unset, 'auto', HOST:PORT and ray://HOST:PORT are Ray cluster addresses."""
+        assert validate_ray_address(value) == value
+
+    @pytest.mark.parametrize("value", ["", "local", "head-node", "ray://h", "h:99999", 6379])
+    def test_refused(self, value: Any) -> None:
+        """Anything else names the forms a cluster address takes."""
+        with refused("ray_address", value):
+            validate_ray_address(value)
+
+    def test_only_for_a_stage_on_ray(self, sync_fn: UserFunction) -> None:
+        """`ray_address` without a stage on Ray says how to put one there."""
+        with refused("ray_address", "auto"):
+            Evaluator(sync_fn, execution="process", ray_address="auto")
+        assert Evaluator(sync_fn, execution="ray", ray_address="auto").ray_address == "auto"
 
 
 class TestEvaluatorOptions:

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluator._exceptions import ConfigError
-from evaluator._fileerrors import OutputPathError
+from evaluator._exceptions import ConfigError, OutputPathError
 from evaluator._outpath import check_output_path
 
 

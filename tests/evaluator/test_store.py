@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from evaluator._exceptions import ConfigError
-from evaluator._fileerrors import (
+from evaluator._exceptions import (
+    ConfigError,
     NotAResultsFile,
     ResultsFileError,
     ResultsLocked,

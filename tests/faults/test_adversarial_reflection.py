@@ -182,7 +182,6 @@ class TestArgumentsAreCopies:
             assert [t["input"] for t in trajectories] == [r["input"] for r in rows]
             assert all("leak" not in r["Inputs"] for r in records["prompt"])
 
-    @pytest.mark.xfail(strict=True, reason="needs per-call copies in the pipeline")
     @pytest.mark.parametrize("execution", ["thread", "inline"])
     async def test_metric_writing_its_output_does_not_change_generated_outputs(
         self, adapter_files: tuple[str, str], execution: str
@@ -201,7 +200,6 @@ class TestArgumentsAreCopies:
         assert trajectories[0]["output"] == ["out", ["i", "mode"]]
         assert records["prompt"][0]["Generated Outputs"] == ["out", ["i", "mode"]]
 
-    @pytest.mark.xfail(strict=True, reason="needs per-call copies in the pipeline")
     @pytest.mark.parametrize("execution", ["thread", "inline"])
     async def test_program_writing_its_input_is_not_seen_by_the_metric(
         self, adapter_files: tuple[str, str], execution: str
@@ -214,7 +212,6 @@ class TestArgumentsAreCopies:
             (result,) = await ev.evaluate_many("p", _rows("B", ["program"]))
         assert result.feedback.startswith("keys=['i', 'mode'] ")
 
-    @pytest.mark.xfail(strict=True, reason="needs per-call copies in the pipeline")
     @pytest.mark.parametrize("execution", ["thread", "inline"])
     async def test_evaluate_many_leaves_the_callers_examples_alone(
         self, adapter_files: tuple[str, str], execution: str

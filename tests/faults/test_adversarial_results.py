@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evaluator._fileerrors import (
+from evaluator._exceptions import (
     NotAResultsFile,
     ResultsFileError,
     ResultsLocked,
@@ -451,13 +451,10 @@ class TestThroughTheEngine:
         from evaluator._pipeline import Evaluator
 
         (tmp_path / "program.py").write_text(ODD_PROGRAM)
-        # In worker processes a lone surrogate in feedback is an engine problem of its own
-        # (see test_surrogate_feedback_from_a_worker_process).
+        # Feedback with a lone surrogate in threads, extra info JSON cannot hold in workers.
         metric = SURROGATE_FEEDBACK_METRIC if execution == "thread" else ODD_METRIC
         (tmp_path / "metric.py").write_text(metric)
-        # In worker processes an object of a class defined in program.py is its own
-        # engine problem (see test_program_class_output_reaches_a_process_metric).
-        ids = [i for i in range(22) if execution == "thread" or i % 11 != 6]
+        ids = list(range(22))
         rows = [{"id": i, "input": {"i": i}} for i in ids]
         async with Evaluator(
             tmp_path / "metric.py",
@@ -480,12 +477,6 @@ class TestThroughTheEngine:
         assert resumed.done_ids == set(ids)
         assert [r.score for r in read_results(path)] == [0.5] * len(ids)
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="the worker encodes its results with msgspec, which refuses a lone surrogate: "
-        "the worker dies and its batch is reported as worker_crash (evaluator/_worker.py "
-        "send_results)",
-    )
     async def test_surrogate_feedback_from_a_worker_process(self, tmp_path: Path) -> None:
         """Feedback holding a lone surrogate, from a metric in a worker process, is scored
         like in a thread, never a worker crash."""
@@ -497,11 +488,6 @@ class TestThroughTheEngine:
             results = await ev.evaluate_many(None, rows)
         assert [r.error for r in results] == [None] * 3
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="the metric's worker cannot unpickle a class defined in program.py: it dies "
-        "and its whole batch is reported as worker_crash (evaluator/_worker.py recv)",
-    )
     async def test_program_class_output_reaches_a_process_metric(self, tmp_path: Path) -> None:
         """An output whose class lives in program.py is that example's clear error (or is
         scored), never a worker crash of it and its batch neighbours."""
@@ -521,10 +507,6 @@ class TestThroughTheEngine:
         assert all(r.error is None or r.error.kind != "worker_crash" for r in results)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs _contract._normalise_extra to store extra info by the results-file rule",
-)
 async def test_odd_extra_info_is_kept_not_blamed_on_the_metric(tmp_path: Path) -> None:
     """A lone surrogate or deep nesting in the metric's extra info is stored by the rule
     (or named as what it is), never reported as `score` raising UnicodeEncodeError or

@@ -181,7 +181,7 @@ def _argv(command: str, flags: list[str], folder: Path, prefix: list[str]) -> An
 
 RUN_FLAGS = [
     "--metric", "--program", "--artifact", "--artifact-text", "--data", "--input-cols",
-    "--output-cols", "--output", "--resume", "--timeout", "--program-timeout", "--workers",
+    "--output-cols", "--output", "--resume", "--force", "--report", "--timeout", "--program-timeout", "--workers",
     "--concurrency", "--execution", "--program-execution", "--model", "--metric-model",
     "--reflection-model", "--base-url", "--metric-base-url", "--api-key-env", "--rpm", "--tpm",
     "--price-input", "--price-output", "--json", "--help",

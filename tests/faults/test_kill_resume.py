@@ -81,15 +81,21 @@ def _lines(path: Path) -> list[bytes]:
     return path.read_bytes().splitlines(keepends=True) if path.exists() else []
 
 
+HEADER_KEY = "skynet_eval_results"
+
+
 def _check_whole(path: Path) -> tuple[list[Any], bool]:
-    """The ids of the whole lines; at most the last line may be cut short."""
+    """The ids of the whole result lines (a header line, first or after a resume, is
+    skipped); at most the last line may be cut short."""
     lines = _lines(path)
     ids: list[Any] = []
     torn = False
     for number, raw in enumerate(lines, start=1):
         try:
-            ids.append(json.loads(raw)["example_id"])
+            row = json.loads(raw)
             assert raw.endswith(b"\n"), f"line {number} has no newline"
+            if HEADER_KEY not in row:
+                ids.append(row["example_id"])
         except (json.JSONDecodeError, AssertionError):
             assert number == len(lines), f"{path}:{number} is broken but not the last line"
             torn = True
@@ -215,11 +221,29 @@ class TestKillAndResume:
         assert not torn
         assert Counter(ids) == Counter(f"q{i}" for i in range(40))
 
-    @pytest.mark.parametrize("json_report", [False, True])
-    def test_ctrl_c_ends_the_run_cleanly(self, tmp_path: Path, json_report: bool) -> None:
-        """SIGINT to the CLI's process group (what Ctrl-C does) mid-run: exit code 130,
-        the report of what was done printed (partial), no traceback, whole lines, the
-        workers gone within 5 s; ``--resume`` then finishes the run."""
+    @pytest.mark.parametrize(
+        ("json_report", "stop", "group", "code"),
+        [
+            (False, signal.SIGINT, True, 130),  # Ctrl-C: the terminal signals the group
+            (True, signal.SIGINT, True, 130),
+            (False, signal.SIGTERM, False, 143),  # `kill PID`, a CI runner's cancel
+            (True, signal.SIGTERM, False, 143),
+            (False, signal.SIGTERM, True, 143),  # systemd, `kill -- -PGID`: workers too
+        ],
+        ids=["ctrl-c", "ctrl-c-json", "sigterm", "sigterm-json", "sigterm-group"],
+    )
+    def test_stop_signal_ends_the_run_cleanly(
+        self,
+        tmp_path: Path,
+        json_report: bool,
+        stop: signal.Signals,
+        group: bool,
+        code: int,
+    ) -> None:
+        """SIGINT to the CLI's process group (what Ctrl-C does), or SIGTERM to the CLI or
+        its group, mid-run: exit code 130 (SIGINT) or 143 (SIGTERM), the report of what
+        was done printed (partial), no traceback, whole lines, the workers gone within
+        5 s; ``--resume`` then finishes the run with each id once."""
         metric, data, output = _files(tmp_path)
         extra = ("--json",) if json_report else ()
         proc = subprocess.Popen(
@@ -230,21 +254,27 @@ class TestKillAndResume:
             start_new_session=True,
         )
         try:
-            _wait_for_lines(proc, output, 50)
+            _wait_for_lines(proc, output, 51)  # the header and 50 results
             workers = _workers(proc)
-            assert proc.poll() is None, "the run ended before Ctrl-C"
-            os.killpg(proc.pid, signal.SIGINT)
+            assert proc.poll() is None, "the run ended before the signal"
+            if group:
+                os.killpg(proc.pid, stop)
+            else:
+                proc.send_signal(stop)
             stdout, stderr = proc.communicate(timeout=30)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
         text_out, text_err = stdout.decode(), stderr.decode()
-        assert proc.returncode == 130, text_err
+        assert proc.returncode == code, text_err
         _no_traceback(text_err)
         assert "interrupted" in text_err
         ids, torn = _check_whole(output)
         assert not torn and 50 <= len(ids) < N
+        rows = [json.loads(raw) for raw in _lines(output)]
+        crashes = [r for r in rows if (r.get("error") or {}).get("kind") == "worker_crash"]
+        assert crashes == [], "the signal was recorded as a worker crash"
         if json_report:
             report = json.loads(text_out)
             assert report["n"] == len(ids)

@@ -15,6 +15,8 @@ engine's end of the socket to hang up.
 from __future__ import annotations
 
 import contextlib
+import importlib.abc
+import importlib.util
 import mmap
 import os
 import pickle
@@ -35,9 +37,11 @@ from ... import _failures as failures
 from ..._calls import Outcome, SyncInvoker
 from ..._context import LLMBridge, Stage
 from ..._loader import UserFunction
+from ..._results import Result, Scored
 from ._relay import RelayBridge
 from ._wire import (
     BATCH,
+    BATCH_ROWS,
     EXIT_FATAL,
     EXIT_MEMORY,
     FATAL,
@@ -54,6 +58,7 @@ from ._wire import (
     START,
     STATE_SLOTS,
     STOP,
+    UNREADABLE,
     ResultMsg,
     WorkerInit,
     control,
@@ -99,10 +104,15 @@ class _Channel:
         """
         if self.backlog:
             return self.backlog.popleft()
+        body = self._body()
         try:
-            return pickle.loads(self._body())
+            return pickle.loads(body)
         except OSError:
             _exit_quietly(0)
+        except (Exception, SystemExit) as exc:
+            # A batch holding a value this process cannot rebuild: answered in turn (the
+            # message may arrive while a call waits for a model reply).
+            return (_UNREADABLE, _why(exc))
 
     def _body(self) -> bytes | bytearray:
         buf = self._buf
@@ -127,12 +137,54 @@ class _Channel:
         return body_buf
 
 
-def _exit_quietly(code: int) -> NoReturn:
+#: A message that could not be unpickled, as the channel hands it on.
+_UNREADABLE = "unreadable_message"
+
+
+def _why(exc: BaseException) -> str:
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:  # an exception whose text cannot be read
+        return type(exc).__name__
+
+
+class _Unreadable:
+    """A row of a batch that could not be unpickled, and why."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
+def _row(blob: bytes) -> Any:
+    try:
+        return pickle.loads(blob)
+    except (Exception, SystemExit) as exc:
+        return _Unreadable(_why(exc))
+
+
+def _exit_quietly(code: int, exit: Callable[[int], NoReturn] = os._exit) -> NoReturn:
     with contextlib.suppress(Exception):
         sys.stdout.flush()
         sys.stderr.flush()
-    # os._exit: a user's non-daemon thread or atexit hook must not keep a worker alive.
-    os._exit(code)
+    # os._exit (bound at import: a user file may replace it): a user's non-daemon thread
+    # or atexit hook must not keep a worker alive.
+    exit(code)
+
+
+class _UserModules(importlib.abc.MetaPathFinder):
+    """Imports the engine's user modules (``_skynet_user_*``) by their file, on demand:
+    an output whose class ``program.py`` defines is rebuilt in the metric's worker."""
+
+    def __init__(self, files: dict[str, str]) -> None:
+        self.files = files
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        file = self.files.get(name)
+        if file is None:
+            return None
+        return importlib.util.spec_from_file_location(name, file)
 
 
 def _die_with_parent(parent_pid: int, sock: socket.socket) -> None:
@@ -166,13 +218,30 @@ def _die_with_parent(parent_pid: int, sock: socket.socket) -> None:
 
 
 def _picklable(outcome: Outcome, stage: Stage) -> Outcome:
-    """The outcome itself, or an error saying that its value cannot cross back."""
+    """The outcome itself; or, when it cannot be pickled back, the same score with its
+    extra info in the form the results file stores (``evaluator._storable``); else an
+    error saying that its value cannot cross back."""
     try:
         pickle.dumps(outcome, PICKLE_PROTOCOL)
     except Exception as exc:
+        value = outcome.value
+        if isinstance(value, Scored) and value.extra:
+            with contextlib.suppress(Exception):
+                kept = Outcome(_storable_extra(value), None, outcome.started_ns, outcome.ended_ns)
+                pickle.dumps(kept, PICKLE_PROTOCOL)
+                return kept
         error = failures.unsendable_value(stage, exc)
         return Outcome(None, error, outcome.started_ns, outcome.ended_ns)
     return outcome
+
+
+def _storable_extra(scored: Scored) -> Scored:
+    """``scored`` with its extra info as the results file would store it: plain JSON."""
+    from ..._storable import encode_results
+
+    line, _ = encode_results([Result(0, 0.0, extra=scored.extra)])
+    extra = msgspec.json.decode(line)["extra"]
+    return msgspec.structs.replace(scored, extra=extra)
 
 
 def _memory_guard(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -228,8 +297,8 @@ class _Results:
         if self._stage == "score":
             try:
                 body = self._encoder.encode(ResultMsg(seq, start, work_ns, final, outs))
-            except (TypeError, OverflowError):
-                pass  # an extra value msgpack cannot carry (a huge int): pickle it
+            except (TypeError, ValueError, OverflowError, RecursionError):
+                pass  # a value msgpack cannot carry (a huge int, a lone surrogate): pickle it
             else:
                 self._channel.send(body, KIND_RESULT)
                 return
@@ -251,6 +320,7 @@ class _Worker:
         self.has_llm = init.has_llm
         self.results = _Results(channel, init.stage)
         self.crash = failures.memory_exceeded(init.name, init.memory_limit_mb)
+        self.invoker: SyncInvoker | None = None
 
     def serve(self, fn: UserFunction) -> NoReturn:
         invoker = SyncInvoker(fn, self.stage)
@@ -270,19 +340,40 @@ class _Worker:
                 _, example_id, artifact, input = row
                 return run(example_id, artifact, input, bridge, started)
 
+        def call_rows(row: Any, bridge: LLMBridge | None, started: int) -> Outcome:
+            if type(row) is _Unreadable:
+                error = failures.unreadable_arguments(invoker.fn, self.stage, row.why)
+                return Outcome(None, error, started, started)
+            return call(row, bridge, started)
+
+        self.invoker = invoker
         while True:
             message = self.channel.recv()
-            if message[0] == BATCH:
+            tag = message[0]
+            if tag == BATCH:
                 self.batch(message[1], message[2], call)
-            elif message[0] == STOP:
+            elif tag == BATCH_ROWS:
+                self.batch(message[1], [_row(blob) for blob in message[2]], call_rows)
+            elif tag == _UNREADABLE:
+                self.channel.send(control(UNREADABLE, message[1]))
+            elif tag == STOP:
                 _exit_quietly(0)
 
     def batch(
-        self, seq: int, rows: list[Any], call: Callable[[Any, LLMBridge | None, int], Outcome]
+        self,
+        seq: int,
+        rows: list[Any],
+        call: Callable[[Any, LLMBridge | None, int], Outcome],
+        clock: Any = perf_counter_ns,
     ) -> None:
-        """Run one batch, streaming its outcomes back at least every ``FLUSH_NS``."""
+        """Run one batch, streaming its outcomes back at least every ``FLUSH_NS``.
+
+        ``clock`` is bound when this module is imported, before the user's file: a user
+        file that patches ``time.perf_counter_ns`` or this module's attributes does not
+        change what its calls measure."""
         state, channel, stage, send = self.state, self.channel, self.stage, self.results.send
-        clock = perf_counter_ns
+        invoker = self.invoker
+        assert invoker is not None
         state[SEQ] = seq
         outs: list[Any] = []
         append = outs.append
@@ -292,7 +383,7 @@ class _Worker:
         # One bridge for the worker, its token set call after call (as its context is).
         bridge = RelayBridge(channel, 0, stage) if self.has_llm else None
         for index, row in enumerate(rows):
-            if bridge is not None:
+            if bridge is not None and type(row) is tuple:  # not an _Unreadable row
                 bridge.token = row[0]
             state[INDEX] = index
             state[START] = started = clock()
@@ -303,6 +394,8 @@ class _Worker:
                 append(Outcome(None, self.crash, started, clock()))
                 send(seq, flushed, clock() - last, False, outs[flushed:])
                 _exit_quietly(EXIT_MEMORY)
+            except BaseException as exc:  # KeyboardInterrupt and such, raised by user code
+                outcome = invoker.failed(exc, started)
             state[START] = 0
             append(outcome)
             if outcome.ended_ns - last > FLUSH_NS and index + 1 < size:
@@ -332,6 +425,8 @@ def main() -> None:
     for entry in reversed(init.sys_path):
         if entry not in sys.path:
             sys.path.insert(0, entry)
+    if init.user_modules:
+        sys.meta_path.append(_UserModules(init.user_modules))
     fn = _load(init, channel)
     if init.has_llm:
         # A relayed model error arrives pickled, as the model client's own exception:

@@ -50,12 +50,13 @@ from ..._calls import Call, LLMHandler, Outcome
 from ..._context import Stage
 from ..._loader import UserFunction
 from ..._options import validate_count
-from .._base import ExecutionKind, ExecutorStatistics, check_executor
+from .._base import ExecutionKind, ExecutorStatistics, check_executor, check_workers
 from ._pool import Pool, Worker, WorkerExit
-from ._queue import Job, Segment, WorkQueue
+from ._queue import Batch, Job, Segment, WorkQueue
 from ._relay import answer, answer_forward, note_bypass
 from ._wire import (
     BATCH,
+    BATCH_ROWS,
     EXIT_MEMORY,
     KIND_RESULT,
     LLM,
@@ -63,6 +64,7 @@ from ._wire import (
     RESULT_HEADER,
     SDK,
     SDK_NOTE,
+    UNREADABLE,
     ResultMsg,
     call_row,
 )
@@ -129,7 +131,7 @@ class ProcessExecutor:
         self._timeout = check_executor(fn, stage, "process", timeout)
         self._fn = fn
         self.stage: Stage = stage
-        self._n_workers = validate_count(workers, "workers") or os.cpu_count() or 1
+        self._n_workers = check_workers(workers, "process") or os.cpu_count() or 1
         self._llm_handler = llm_handler
         self._max_calls = validate_count(max_calls_per_worker, "max_calls_per_worker")
         self._memory_limit_mb = validate_count(memory_limit_mb, "memory_limit_mb")
@@ -286,7 +288,9 @@ class ProcessExecutor:
 
     # -- what the pool reports (PoolEvents) -------------------------------------------
 
-    def on_results(self, w: Worker, kind: int, body: bytearray) -> None:
+    def on_results(
+        self, w: Worker, kind: int, body: bytearray, clock: Any = perf_counter_ns
+    ) -> None:
         if kind == KIND_RESULT:
             msg = self._decoder.decode(body)
             self._results(w, msg.seq, msg.start, msg.work_ns, msg.final, msg.outcomes)
@@ -297,7 +301,7 @@ class ProcessExecutor:
         except Exception as exc:
             # e.g. a class the worker's code defines but the engine cannot import.
             error = failures.unreadable_value(self._fn, self.stage, exc)
-            now = perf_counter_ns()
+            now = clock()
             outcomes = [Outcome(None, error, now, now)] * count
         self._results(w, seq, start, work_ns, final, outcomes)
 
@@ -320,6 +324,17 @@ class ProcessExecutor:
             self._pool.start_task(self._relay_forward(w, *message[1:]), owner=w)
         elif tag == SDK_NOTE:  # before the call's result, on the same socket
             note_bypass(self._llm_handler, *message[1:])
+        elif tag == UNREADABLE and w.batches:
+            self._resend_rows(w, w.batches[0])
+
+    def _resend_rows(self, w: Worker, batch: Batch) -> None:
+        """The worker could not unpickle ``batch`` (its oldest, the one it was reading):
+        send it again with each row pickled alone, so that only the calls whose values
+        it cannot rebuild fail, each with its own error."""
+        rows = [
+            pickle.dumps(call_row(batch.call_at(i)), PICKLE_PROTOCOL) for i in range(batch.size)
+        ]
+        w.send(pickle.dumps((BATCH_ROWS, batch.seq, rows), PICKLE_PROTOCOL))
 
     async def _relay(self, w: Worker, request: int, *call: Any) -> None:
         reply = await answer(self._llm_handler, request, *call)
@@ -331,7 +346,7 @@ class ProcessExecutor:
         if not w.closed:
             w.send(reply)
 
-    def on_exit(self, w: Worker, exit: WorkerExit) -> None:
+    def on_exit(self, w: Worker, exit: WorkerExit, clock: Any = perf_counter_ns) -> None:
         """A worker died: blame the call it was running, queue the rest of its work.
 
         Killed at the timeout, the call the watchdog saw gets its timeout; dead on its
@@ -347,14 +362,14 @@ class ProcessExecutor:
             def blame(call: Call) -> Outcome:
                 how = "; its worker process was killed and replaced"
                 error = failures.timed_out(stage, timeout, call.example_id, how)
-                return Outcome(None, error, started, perf_counter_ns())
+                return Outcome(None, error, started, clock())
 
         elif exit.running is not None:
             seq, index, started = exit.running
             error = failures.worker_died(fn, exit.cause)
 
             def blame(call: Call) -> Outcome:
-                return Outcome(None, error, started, perf_counter_ns())
+                return Outcome(None, error, started, clock())
 
         else:
             self._queue.worker_lost(exit.batches, None, None, penalise=penalise)

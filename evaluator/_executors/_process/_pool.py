@@ -46,7 +46,7 @@ from typing import Any, NamedTuple, Protocol
 
 from ... import _failures as failures
 from ..._context import Stage
-from ..._loader import UserFunction
+from ..._loader import USER_MODULE_PREFIX, UserFunction
 from ..._results import ErrorInfo
 from ._channel import Channel
 from ._queue import Batch
@@ -83,6 +83,16 @@ _BOOT = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
     "from evaluator._executors._process._child import main; main()"
 )
+
+
+def _user_modules() -> dict[str, str]:
+    """The user files this process has loaded (``evaluator._loader``), by module name."""
+    found: dict[str, str] = {}
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if name.startswith(USER_MODULE_PREFIX) and isinstance(file, str):
+            found[name] = file
+    return found
 
 
 class Worker:
@@ -272,15 +282,15 @@ class Pool:
             task.cancel()
         return workers
 
-    async def reap(self, workers: list[Worker]) -> None:
+    async def reap(self, workers: list[Worker], clock: Any = perf_counter_ns) -> None:
         """Wait for the stopped tasks and processes; release every worker's resources."""
         tasks = list(self.tasks)
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-        deadline = perf_counter_ns() + 10_000_000_000
+        deadline = clock() + 10_000_000_000
         for w in workers:
             # A SIGKILLed process is gone within milliseconds; polling needs no fd.
-            while w.proc.poll() is None and perf_counter_ns() < deadline:  # noqa: ASYNC110
+            while w.proc.poll() is None and clock() < deadline:  # noqa: ASYNC110
                 await asyncio.sleep(0.002)
             self._close(w)
 
@@ -344,6 +354,7 @@ class Pool:
             stage=self.stage,
             has_llm=self.has_llm,
             memory_limit_mb=self.memory_limit_mb,
+            user_modules=_user_modules(),
         )
         w.send(pickle.dumps(init, PICKLE_PROTOCOL))
         w.channel.start()
@@ -394,7 +405,9 @@ class Pool:
         if all(w.ready for w in self.workers if not (w.closed or w.replaced)):
             self.spawn(spare=True)
 
-    def target(self, prefetch: bool, cost_ns: float | None) -> Worker | None:
+    def target(
+        self, prefetch: bool, cost_ns: float | None, clock: Any = perf_counter_ns
+    ) -> Worker | None:
         """The worker the next batch should go to: an idle one, else (with ``prefetch``)
         one running a single batch whose call is not (yet) a long one."""
         for w in self.workers:
@@ -402,9 +415,7 @@ class Pool:
                 return w
         if not prefetch:
             return None
-        stuck = perf_counter_ns() - max(
-            PREFETCH_STUCK_MIN_NS, int(PREFETCH_STUCK_FACTOR * (cost_ns or 0.0))
-        )
+        stuck = clock() - max(PREFETCH_STUCK_MIN_NS, int(PREFETCH_STUCK_FACTOR * (cost_ns or 0.0)))
         for w in self.workers:
             if w.usable and len(w.batches) == 1:
                 started = w.state[START]
@@ -534,7 +545,7 @@ class Pool:
 
     # -- the watchdog -----------------------------------------------------------------
 
-    async def _watchdog(self) -> None:
+    async def _watchdog(self, clock: Any = perf_counter_ns) -> None:
         """Kill a worker whose call is past the timeout; sleep until the next deadline.
 
         With nothing running it still wakes one timeout from now rather than waiting to
@@ -542,7 +553,7 @@ class Pool:
         before then, and sending a batch then costs no wake-up of this task.
         """
         while True:
-            now = perf_counter_ns()
+            now = clock()
             wake_at = now + self.timeout_ns + GRACE_NS
             for w in tuple(self.workers):
                 deadline = self._deadline(w, now)

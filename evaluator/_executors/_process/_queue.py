@@ -72,12 +72,12 @@ class Job:
         if self.remaining <= 0:
             self.on_done()
 
-    def fail(self, error: ErrorInfo) -> None:
+    def fail(self, error: ErrorInfo, clock: Any = perf_counter_ns) -> None:
         """Give every call still without an outcome ``error``, and finish the job."""
         if self.cancelled:
             return
         self.cancelled = True  # no outcome may land in a list already handed back
-        now = perf_counter_ns()
+        now = clock()
         results = self.results
         for i, value in enumerate(results):
             if value is None:
@@ -113,7 +113,9 @@ class Batch:
 class WorkQueue:
     """Pending calls of every job, batches, and the cost estimate that sizes them."""
 
-    def __init__(self) -> None:
+    def __init__(self, target_ns: int = TARGET_BATCH_NS) -> None:
+        #: The work one batch should carry per worker (the Ray executor's carry more).
+        self.target_ns = target_ns
         self.pending: deque[Segment] = deque()
         self.pending_count = 0
         self.jobs: set[Job] = set()
@@ -219,7 +221,7 @@ class WorkQueue:
             # Unknown cost: small batches, none queued behind a call that may be long.
             size, prefetch = PROBE_BATCH, False
         else:
-            size = max(1, min(MAX_BATCH, int(TARGET_BATCH_NS / max(cost, 1.0))))
+            size = max(1, min(MAX_BATCH, int(self.target_ns / max(cost, 1.0))))
             prefetch = cost <= PREFETCH_MAX_COST_NS
         pending = self.pending_count
         if cost is not None and pending * cost <= SPLIT_MIN_NS:
@@ -245,10 +247,12 @@ class WorkQueue:
             offset = end
         return out
 
-    def requeue(self, segments: list[Segment], *, count: bool = True) -> None:
+    def requeue(
+        self, segments: list[Segment], *, count: bool = True, clock: Any = perf_counter_ns
+    ) -> None:
         """Put segments back at the front of the queue, failing those tried too often."""
         kept: list[Segment] = []
-        now = perf_counter_ns()
+        now = clock()
         for seg in segments:
             job, lo, hi, attempts = seg
             if job.cancelled:
@@ -302,14 +306,18 @@ class WorkQueue:
         return blamed
 
     def reject(
-        self, segments: list[Segment], why: Callable[[Call], ErrorInfo | None], error: ErrorInfo
+        self,
+        segments: list[Segment],
+        why: Callable[[Call], ErrorInfo | None],
+        error: ErrorInfo,
+        clock: Any = perf_counter_ns,
     ) -> None:
         """A batch of ``segments`` could not be sent: fail the calls ``why`` names (it
         returns None for a call that can travel) and queue the others again; if every
         call could travel alone, fail them all with ``error`` rather than retry the same
         batch for ever."""
         keep: list[Segment] = []
-        now = perf_counter_ns()
+        now = clock()
         for job, lo, hi, attempts in segments:
             for i in range(lo, hi):
                 problem = why(job.calls[i])

@@ -17,6 +17,11 @@ tuple of its fields, :func:`call_row`), ``(LLM_REPLY, request, ok, payload)``,
 ``(SDK, request, token, stage, sdk_request)`` (a routed SDK call), ``(SDK_NOTE, token,
 stage, what)`` (traffic around the metered paths) and results.
 
+A batch the worker cannot unpickle (a value of a class it cannot import, a
+``__setstate__`` that raises there) is answered ``(UNREADABLE, why)``; the engine sends
+the same batch again as ``(BATCH_ROWS, seq, [row pickled alone, ...])``, and each row
+that still cannot be read is that call's error: never a dead worker, never its batch.
+
 While a call runs, the worker publishes in a small shared-memory array of int64 which
 call it is (batch ``SEQ``, ``INDEX``) and since when (``START``, in ``perf_counter_ns``,
 the system-wide monotonic clock the engine reads too); ``START`` is 0 between calls.
@@ -40,6 +45,7 @@ from ..._results import Scored
 
 __all__ = [
     "BATCH",
+    "BATCH_ROWS",
     "EXIT_FATAL",
     "EXIT_MEMORY",
     "FATAL",
@@ -61,6 +67,7 @@ __all__ = [
     "START",
     "STATE_SLOTS",
     "STOP",
+    "UNREADABLE",
     "ResultMsg",
     "WireOutcome",
     "WorkerInit",
@@ -79,6 +86,8 @@ PICKLE_PROTOCOL = 5
 
 # Tags of pickled control messages.
 BATCH = "batch"
+BATCH_ROWS = "batch_rows"
+UNREADABLE = "unreadable"
 LLM_REPLY = "llm_reply"
 STOP = "stop"
 READY = "ready"
@@ -112,6 +121,10 @@ class WorkerInit(msgspec.Struct, frozen=True, kw_only=True):
     stage: Stage
     has_llm: bool
     memory_limit_mb: int | None
+    user_modules: dict[str, str] = {}
+    """The engine's user modules (``_skynet_user_*``) by name, and their files: a value of
+    a class defined in ``program.py`` reaches the metric's worker, which imports that
+    file when the value is unpickled (see ``_child._UserModules``)."""
 
 
 class WireOutcome(Outcome, array_like=True, gc=False):

@@ -1,5 +1,6 @@
-"""The loop starter: uvloop, a return value, and a stop signal (a real SIGINT to a real
-process) that cancels the command, lets it print its partial report, and ends in 130."""
+"""The loop starter: uvloop, a return value, and a stop signal (a real SIGINT or SIGTERM
+to a real process) that cancels the command, lets it print its partial report, and ends
+in 130 (SIGINT) or 143 (SIGTERM)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from evaluator._cli import _loop
 ROOT = Path(__file__).resolve().parents[3]
 
 # A command shaped like `run`: on cancellation it prints what it has, then lets the
-# cancellation go on. Exits as _main does: 130 on Interrupted, else its own code.
+# cancellation go on. Exits as _main does: 128 + the signal on Interrupted, else its own
+# code.
 COMMAND = """
 import asyncio, signal, sys
 from evaluator._cli import _loop
@@ -41,7 +43,7 @@ try:
     _loop.run(command, note="interrupted: kept")
 except _loop.Interrupted as exc:
     print(exc.note, exc.signum, file=sys.stderr)
-    sys.exit(130)
+    sys.exit(128 + exc.signum)
 except KeyboardInterrupt:
     print("hard stop", file=sys.stderr)
     sys.exit(99)
@@ -68,21 +70,43 @@ def _wait_for(proc: subprocess.Popen[str], line: str) -> None:
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 class TestStopSignal:
-    def test_sigint_cancels_the_command_which_reports_then_130(self, tmp_path: Path) -> None:
-        """SIGINT mid-command: the command sees a cancellation, prints its partial report,
-        and run() raises Interrupted with the note and the signal; no traceback."""
+    @pytest.mark.parametrize(("stop", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+    def test_stop_signal_cancels_the_command_which_reports(
+        self, tmp_path: Path, stop: signal.Signals, code: int
+    ) -> None:
+        """SIGINT or SIGTERM mid-command (both are stop signals by default): the command
+        sees a cancellation, prints its partial report, and run() raises Interrupted with
+        the note and the signal; no traceback."""
+        assert stop in _loop.STOP_SIGNALS
         proc = _start(tmp_path)
         try:
             _wait_for(proc, "ready")
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(stop)
             stdout, stderr = proc.communicate(timeout=30)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
-        assert proc.returncode == 130, stderr
+        assert proc.returncode == code, stderr
         assert stdout.startswith("partial report: ") and "Traceback" not in stderr
-        assert stderr.strip() == f"interrupted: kept {int(signal.SIGINT)}"
+        assert stderr.strip() == f"interrupted: kept {int(stop)}"
+
+    def test_second_sigterm_ends_the_process(self, tmp_path: Path) -> None:
+        """A second SIGTERM while the command cleans up is not caught: SIGTERM's own
+        action (the process ends by the signal), as without the starter."""
+        proc = _start(tmp_path, "--slow-cleanup")
+        try:
+            _wait_for(proc, "ready")
+            proc.send_signal(signal.SIGTERM)
+            _wait_for_prefix(proc, "partial report: ")
+            _wait_for(proc, "cleaning up")
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert proc.returncode == -signal.SIGTERM
 
     def test_second_sigint_stops_at_once(self, tmp_path: Path) -> None:
         """A second SIGINT while the command cleans up is not caught: KeyboardInterrupt

@@ -82,10 +82,15 @@ CASES = [
     ([*RUN_P, "--artifact", "{broken}"], "--artifact {broken}:1: broken JSON"),
     ([*RUN, "--data", "nope.jsonl"], "--data nope.jsonl: no such file"),
     ([*RUN, "--data", "{dir}"], "--data {dir}: a folder, not a file"),
-    ([*RUN, "--output", "{dir}"], "--output {dir} is a folder: name a file"),
-    ([*RUN, "--output", "{orphan}"], "--output {orphan}: no such folder"),
-    ([*RUN, "--output", "{full}"], "--output {full} already holds results: pass --resume"),
+    ([*RUN, "--output", "{dir}"], "--output {dir}: is a directory; name a file in it"),
+    ([*RUN, "--output", "{full}/r.jsonl"], "--output {full}/r.jsonl: {full} is a file, not a directory"),
+    ([*RUN, "--output", "r\0.jsonl"], "--output 'r\\x00.jsonl': holds a NUL character"),
     ([*RUN, "--resume"], "--resume needs --output FILE (the results to go on from)"),
+    ([*RUN, "--output", "{full}", "--force"], "--force only applies to a resume: add --resume"),
+    ([*RUN, "--output", "{full}", "--report", "{full}"], "--report {full} is also --output"),
+    ([*RUN, "--report", str(CLASSIFY / "data.jsonl")], "is one of the run's own files and would be overwritten"),
+    ([*RUN, "--report", "{dir}"], "--report {dir}: is a directory"),
+    ([*RUN, "--report", "{full}/r.html"], "--report {full}/r.html: {full} is a file, not a directory"),
     # run: models
     ([*RUN, "--model", ""], "--model must name a model, got ''"),
     ([*RUN, "--metric-model", " "], "--metric-model must name a model, got ' '"),
@@ -261,6 +266,25 @@ class TestRunOptions:
             [*RUN, "--metric-model", "judge-mini", "--simulator", str(JUDGES / "simulator.json")]
         )
         assert got.serving.simulator is not None and "judge-mini" in got.serving.simulator.models
+
+    def test_output_in_a_missing_folder(self, tmp_path: Path) -> None:
+        """--output in folders that do not exist yet is fine: the run creates them."""
+        out = tmp_path / "runs" / "today" / "r.jsonl"
+        got = options([*RUN, "--output", str(out)])
+        assert got.output == str(out) and not out.parent.exists()
+
+    def test_output_that_holds_results_is_looked_at_by_the_run(self, tmp_path: Path) -> None:
+        """The flags do not read --output: the run does, with the dataset's ids (it may
+        be a dataset, another run's file, a file to resume)."""
+        out = tmp_path / "r.jsonl"
+        out.write_text('{"example_id": 1}\n')
+        assert options([*RUN, "--output", str(out)]).output == str(out)
+
+    def test_force_and_report(self, tmp_path: Path) -> None:
+        """--resume --force and --report are carried to the run."""
+        out, page = tmp_path / "r.jsonl", tmp_path / "page.html"
+        got = options([*RUN, "--output", str(out), "--resume", "--force", "--report", str(page)])
+        assert got.force and got.resume and got.report == str(page)
 
     def test_resume_on_results(self, tmp_path: Path) -> None:
         """--output holding results is fine with --resume."""

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +41,17 @@ def _dataset(path: Path, n: int) -> Path:
     return path
 
 
+HEADER_KEY = "skynet_eval_results"
+
+
+def lines_of(path: Path) -> list[dict[str, Any]]:
+    """Every line of a results file, headers included."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def results(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    """The result lines of a results file (header lines skipped)."""
+    return [row for row in lines_of(path) if HEADER_KEY not in row]
 
 
 def _cli(*args: str) -> list[str]:
@@ -110,10 +120,9 @@ class TestRun:
         assert code == 0
         text = capsys.readouterr().out
         assert "Metric return value" in text and "mean score" in text
-        lines = out.read_text().splitlines()
-        assert sorted(json.loads(line)["example_id"] for line in lines) == [
-            f"t{i:02d}" for i in range(1, 31)
-        ]
+        header, *rows = lines_of(out)
+        assert header[HEADER_KEY] == 1 and header["metric"]["path"] == str(CLASSIFY / "metric.py")
+        assert sorted(row["example_id"] for row in rows) == [f"t{i:02d}" for i in range(1, 31)]
 
     @pytest.mark.parametrize(
         ("args", "message"),
@@ -152,7 +161,7 @@ class TestRun:
         out = tmp_path / "r.jsonl"
         code = main(["run", "--metric", str(metric), "--data", str(data), "--output", str(out)])
         assert code == 1
-        assert not out.exists() or out.read_text() == ""
+        assert not out.exists()  # nothing written: no file left behind
 
 
 class TestResume:
@@ -184,10 +193,10 @@ class TestResume:
         assert resumed.returncode == 0, resumed.stderr
         final = out.read_bytes()
         assert final.startswith(whole)
-        ids = [json.loads(line)["example_id"] for line in final.splitlines()]
+        ids = [row["example_id"] for row in results(out)]
         assert sorted(ids) == sorted(f"r{i}" for i in range(600))
         report = json.loads(resumed.stdout)
-        assert report["n"] == 600 and report["resumed"] == whole.count(b"\n")
+        assert report["n"] == 600 and report["resumed"] == whole.count(b"\n") - 1  # a header
         assert "incomplete last line" in resumed.stderr
 
     def test_existing_output_needs_resume(
@@ -199,18 +208,24 @@ class TestResume:
         argv = ["run", "--metric", str(CLASSIFY / "metric.py"), "--data", str(data)]
         assert main([*argv, "--output", str(out), "--json"]) == 0
         capsys.readouterr()
+        before = out.read_bytes()
         assert main([*argv, "--output", str(out)]) == 2
-        assert "pass --resume" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert "already holds 5 result(s); resume to go on from them (--resume)" in err
+        assert out.read_bytes() == before
 
     @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
     def test_ctrl_c_prints_the_partial_report_and_exits_130(self, tmp_path: Path) -> None:
-        """SIGINT mid-run: the report of what was done is printed, results kept, exit 130."""
+        """SIGINT mid-run: the report of what was done is printed (and, with --report,
+        written as a page marked interrupted), results kept, exit 130."""
         metric = tmp_path / "slow.py"
         metric.write_text(textwrap.dedent(SLOW_METRIC))
         data = _dataset(tmp_path / "d.jsonl", 3000)
         out = tmp_path / "r.jsonl"
+        page = tmp_path / "page.html"
+        argv = ["--metric", str(metric), "--data", str(data), "--output", str(out), "--json"]
         proc = subprocess.Popen(
-            _cli("--metric", str(metric), "--data", str(data), "--output", str(out), "--json"),
+            _cli(*argv, "--report", str(page)),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -218,16 +233,17 @@ class TestResume:
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            if out.exists() and out.read_bytes().count(b"\n") >= 50:
+            if out.exists() and out.read_bytes().count(b"\n") >= 51:  # a header, 50 results
                 break
             time.sleep(0.02)
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=30)
         assert proc.returncode == 130, stderr
         report = json.loads(stdout)
-        lines = out.read_text().splitlines()
+        lines = results(out)
         assert report["n"] == len(lines) and 50 <= len(lines) < 3000
         assert "interrupted" in stderr
+        assert "interrupted" in page.read_text()
 
 
 class TestJudgeMetric:
@@ -444,3 +460,221 @@ class TestCheckResultsKept:
         )
         assert sorted(int(x) for x in calls.read_text().split()) == list(range(7))
         assert sorted(r["example_id"] for r in results(out)) == list(range(7))
+
+
+INLINE_METRIC = """
+EXECUTION = "inline"
+
+def score(input, output, expected=None):
+    return float(output == "a"), {"feedback": "ok"}
+"""
+
+INLINE_PROGRAM = """
+EXECUTION = "inline"
+
+def run(artifact, input):
+    return "a"
+"""
+
+
+def _files(tmp_path: Path, n: int = 6) -> dict[str, Path]:
+    """A metric, a program, an artifact and a dataset, each in its own file."""
+    paths = {
+        "metric": tmp_path / "metric.py",
+        "program": tmp_path / "program.py",
+        "artifact": tmp_path / "prompt.txt",
+    }
+    paths["metric"].write_text(textwrap.dedent(INLINE_METRIC))
+    paths["program"].write_text(textwrap.dedent(INLINE_PROGRAM))
+    paths["artifact"].write_text("Answer a.\n")
+    paths["data"] = _dataset(tmp_path / "d.jsonl", n)
+    return paths
+
+
+def _run_argv(files: dict[str, Path], out: Path, *extra: str) -> list[str]:
+    return [
+        "run",
+        "--metric", str(files["metric"]),
+        "--program", str(files["program"]),
+        "--artifact", str(files["artifact"]),
+        "--data", str(files["data"]),
+        "--output", str(out),
+        *extra,
+    ]  # fmt: skip
+
+
+class TestResumeChecks:
+    @pytest.mark.parametrize("part", ["metric", "program", "artifact", "data"])
+    def test_results_made_with_other_files_are_refused_unless_forced(
+        self, tmp_path: Path, part: str, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """--resume after the metric, program, artifact or dataset changed: exit 2 naming
+        what changed, the file unchanged; with --force the results are kept (not
+        recomputed), the warning says so, a second header marks where the new ones begin."""
+        files = _files(tmp_path)
+        out = tmp_path / "r.jsonl"
+        assert main(_run_argv(files, out, "--json")) == 0
+        if part == "data":
+            _dataset(files["data"], 8)  # two more rows: another dataset at the same path
+        else:
+            files[part].write_text(files[part].read_text() + "\n# edited\n")
+        capsys.readouterr()
+        before = out.read_bytes()
+        assert main(_run_argv(files, out, "--resume")) == 2
+        err = capsys.readouterr().err
+        label = "dataset" if part == "data" else part
+        assert f"the {label} changed" in err and "--force" in err, err
+        assert len(err.strip().splitlines()) == 1 and out.read_bytes() == before
+        out.write_bytes(b"".join(before.splitlines(keepends=True)[:5]))  # header + 4 results
+        assert main(_run_argv(files, out, "--resume", "--force", "--json")) == 0
+        captured = capsys.readouterr()
+        assert "resuming anyway (forced): kept 4 result(s)" in captured.err
+        report = json.loads(captured.out)
+        assert report["resumed"] == 4 and report["n"] == (8 if part == "data" else 6)
+        lines = lines_of(out)
+        assert HEADER_KEY in lines[0] and HEADER_KEY in lines[5]  # the new results' header
+        assert "forced resume" in lines[5]["note"] and len(results(out)) == report["n"]
+
+    def test_foreign_ids_and_duplicates_are_never_counted(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A file (without a header, as before fingerprints) holding each of 5 ids twice
+        and 10 ids of another dataset: the resume counts 5 (never "35/20 done"), runs the
+        other 15 and says what it ignored; the lines it ignored stay in the file."""
+        files = _files(tmp_path, n=20)
+        out = tmp_path / "r.jsonl"
+        rows = [{"example_id": f"r{i}", "score": 1.0} for i in range(5)] * 2
+        rows += [{"example_id": f"other{i}", "score": 0.0} for i in range(10)]
+        out.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        assert main(_run_argv(files, out, "--resume", "--json")) == 0
+        captured = capsys.readouterr()
+        report = json.loads(captured.out)
+        assert report["n"] == 20 and report["resumed"] == 5
+        assert "ignored 10 result line(s) for ids that are not in the dataset" in captured.err
+        assert "ignored 5 repeated result line(s)" in captured.err
+        assert "has no header" in captured.err
+        kept = Counter(row["example_id"] for row in results(out))
+        assert all(kept[f"r{i}"] == (2 if i < 5 else 1) for i in range(20))
+        assert sum(kept[f"other{i}"] for i in range(10)) == 10
+
+    def test_a_second_writer_is_refused(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """While another writer holds --output (its lock), a run on it stops with one line
+        before its contract check; the file is not touched."""
+        from evaluator import open_results
+
+        files = _files(tmp_path)
+        out = tmp_path / "r.jsonl"
+        writer, _ = open_results(out, fingerprints=None)
+        with writer:
+            for extra in ((), ("--resume",)):
+                assert main(_run_argv(files, out, *extra)) == 2
+                err = capsys.readouterr().err
+                assert "another skynet-eval run is writing this results file" in err
+                assert "Metric file" not in err and out.read_bytes() == b""
+
+    def test_bad_output_stops_before_the_contract_check(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """--output under a regular file: one line, exit 2, and the metric never ran (not
+        even imported)."""
+        marker = tmp_path / "imported"
+        files = _files(tmp_path)
+        files["metric"].write_text(
+            f"open({str(marker)!r}, 'w').close()\n" + textwrap.dedent(INLINE_METRIC)
+        )
+        assert main(_run_argv(files, files["data"] / "r.jsonl")) == 2
+        err = capsys.readouterr().err
+        assert "is a file, not a directory" in err and "Traceback" not in err
+        assert not marker.exists()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE")
+class TestWriteFailure:
+    def test_a_file_that_cannot_grow_stops_the_run_with_its_report(self, tmp_path: Path) -> None:
+        """The results file hits the file size limit mid-run (EFBIG): exit 1, the report
+        of the results written, the error with the counts and how to resume, no
+        traceback, whole lines only; --resume then finishes with each id once."""
+        import resource
+
+        files = _files(tmp_path, n=400)
+        out = tmp_path / "r.jsonl"
+        argv = [sys.executable, "-m", "evaluator", *_run_argv(files, out, "--json")]
+        limit = 20_000
+
+        def small_files() -> None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            preexec_fn=small_files,  # only sets a limit, between fork and exec
+        )
+        assert done.returncode == 1, done.stderr
+        assert "Traceback" not in done.stderr
+        assert "could not write to the results file" in done.stderr and "--resume" in done.stderr
+        assert out.read_bytes().endswith(b"\n") and out.stat().st_size <= limit
+        written = results(out)
+        assert 0 < len(written) < 400
+        assert json.loads(done.stdout)["n"] == len(written)
+        again = subprocess.run(
+            [*argv, "--resume"], capture_output=True, text=True, timeout=120, env=env
+        )
+        assert again.returncode == 0, again.stderr
+        assert sorted(r["example_id"] for r in results(out)) == sorted(f"r{i}" for i in range(400))
+
+
+class TestStoredChanges:
+    def test_values_json_cannot_hold_are_stored_changed_with_a_warning(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A program returning a complex number and an object of its own class: the run
+        completes, every example has its line, and one warning names the changes."""
+        files = _files(tmp_path)
+        files["program"].write_text(
+            textwrap.dedent("""
+            EXECUTION = "inline"
+
+            class Answer:
+                pass
+
+            def run(artifact, input):
+                return [complex(1, input["n"]), Answer()]
+            """)
+        )
+        assert main(_run_argv(files, tmp_path / "r.jsonl", "--json")) == 0
+        err = capsys.readouterr().err
+        assert "value(s) could not be stored in" in err and "return JSON-compatible" in err
+        assert "(and " in err  # 12 changes, 3 shown
+        assert len(results(tmp_path / "r.jsonl")) == 6
+
+
+class TestHtmlReport:
+    @pytest.mark.parametrize("with_output", [True, False])
+    def test_report_flag_writes_the_page(
+        self, tmp_path: Path, with_output: bool, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """--report OUT.html writes the run's page, from --output or, without it, from the
+        results the run kept; the path is printed."""
+        page = tmp_path / "page.html"
+        argv = [
+            "run",
+            "--metric", str(CLASSIFY / "metric.py"),
+            "--program", str(CLASSIFY / "program.py"),
+            "--artifact", str(CLASSIFY / "prompt.txt"),
+            "--data", str(CLASSIFY / "data.jsonl"),
+            "--execution", "inline",
+            "--report", str(page),
+        ]  # fmt: skip
+        if with_output:
+            argv += ["--output", str(tmp_path / "r.jsonl")]
+        assert main(argv) == 0
+        assert f"report: {page}" in capsys.readouterr().out
+        html = page.read_text()
+        assert html.startswith("<!doctype html>") and html.rstrip().endswith("</html>")
+        assert "0.6000" in html and "throughput" in html  # this run's mean, and its wall time

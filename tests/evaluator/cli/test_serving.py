@@ -151,7 +151,8 @@ class TestBothCommands:
             extra.append("--json")
         assert main(_argv(command, *extra)) == 0, capsys.readouterr().err
         if command == "run":
-            rows = [json.loads(line) for line in out.read_text().splitlines()]
+            lines = [json.loads(line) for line in out.read_text().splitlines()]
+            rows = [row for row in lines if "skynet_eval_results" not in row]  # not the header
             assert len(rows) == 40 and all(r["judge"]["llm_calls"] == 1 for r in rows)
         else:
             report = json.loads(out.read_text())

@@ -9,7 +9,11 @@ from typing import Any
 import pytest
 
 from evaluator._calls import ScoreCall
-from evaluator._executors._async import ASYNC_CONCURRENCY, AsyncExecutor
+from evaluator._executors._async import (
+    ASYNC_CONCURRENCY,
+    AsyncExecutor,
+    AsyncExecutorStatistics,
+)
 from evaluator._executors._base import ExecutorOptions, ExecutorStatistics
 from evaluator._executors._factory import open_executor
 from evaluator._executors._process._executor import ProcessExecutor, ProcessExecutorStatistics
@@ -23,7 +27,7 @@ from evaluator._loader import UserFunction, load_metric
 SOURCES = Path(__file__).resolve().parents[1] / "sources"
 
 KINDS = {
-    "async": (AsyncExecutor, ExecutorStatistics, ASYNC_CONCURRENCY),
+    "async": (AsyncExecutor, AsyncExecutorStatistics, ASYNC_CONCURRENCY),
     "thread": (ThreadExecutor, ThreadExecutorStatistics, min(64, (os.cpu_count() or 1) * 8)),
     "inline": (InlineExecutor, ThreadExecutorStatistics, 1),
     "process": (ProcessExecutor, ProcessExecutorStatistics, os.cpu_count()),
@@ -125,3 +129,49 @@ def test_options_reach_the_executor(tmp_path: Path) -> None:
         5,
         100,
     )
+
+
+class TestWorkerCounts:
+    def test_absurd_process_counts_are_refused_naming_the_limit(self) -> None:
+        """More worker processes than 8 per core is refused, the limit and the cores
+        named; a count within it passes."""
+        from evaluator._exceptions import ConfigError
+        from evaluator._executors._base import PROCESSES_PER_CORE, check_workers
+
+        limit = PROCESSES_PER_CORE * (os.cpu_count() or 1)
+        assert check_workers(limit, "process") == limit
+        with pytest.raises(ConfigError) as info:
+            check_workers(100_000, "process")
+        assert info.value.option == "workers"
+        assert f"at most {limit} for worker processes" in str(info.value)
+        assert "got 100000" in str(info.value)
+
+    def test_thread_counts_have_their_own_limit(self) -> None:
+        """Threads allow more than processes, up to MAX_THREADS."""
+        from evaluator._exceptions import ConfigError
+        from evaluator._executors._base import MAX_THREADS, check_workers
+
+        assert check_workers(MAX_THREADS, "thread") == MAX_THREADS
+        with pytest.raises(ConfigError, match=f"at most {MAX_THREADS} threads"):
+            check_workers(MAX_THREADS + 1, "thread")
+
+    async def test_an_executor_refuses_before_starting_anything(self, tmp_path: Path) -> None:
+        """A ProcessExecutor with an absurd count fails when built: no process started."""
+        from evaluator._exceptions import ConfigError
+
+        with pytest.raises(ConfigError, match="worker processes"):
+            open_executor(
+                _metric(tmp_path, "process"),
+                "score",
+                "process",
+                ExecutorOptions(timeout=10, workers=100_000),
+            )
+
+    def test_fit_workers_caps_at_the_examples(self) -> None:
+        """fit_workers caps a sane count at the examples, passes an absurd one on to be
+        refused as given, and leaves the default alone."""
+        from evaluator._executors._base import fit_workers
+
+        assert fit_workers(None, 3) is None
+        assert fit_workers(2, 1) == 1 and fit_workers(2, 40) == 2
+        assert fit_workers(100_000, 40) == 100_000

@@ -123,3 +123,54 @@ class TestMissingOutputs:
         """Scored results go into the places the run stage left for them."""
         a, b = object(), object()
         assert assembly.fill_holes([None, a, None], [0, 2], [b, b]) == [b, a, b]  # type: ignore[list-item]
+
+
+class TestOneResultPerExample:
+    def test_a_missing_outcome_is_an_error_result_not_a_loss(self) -> None:
+        """A score call without an outcome (None, or a short list) still gets a result:
+        a 'cancelled' error naming the engine as the cause, counted as an error."""
+        calls = [ScoreCall(i, f"e{i}", {}, "a", None, Observation()) for i in range(3)]
+        ok = Outcome(Scored(1.0, {}, "fine", {}), None, 1, 2)
+        results, errors = assembly.scored_results(calls, [ok, None], {}, 0.0)  # type: ignore[list-item]
+        assert [r.example_id for r in results] == ["e0", "e1", "e2"]
+        assert errors == 2 and results[0].error is None
+        assert all(r.error is not None and r.error.kind == "cancelled" for r in results[1:])
+        assert "received no outcome" in results[1].feedback
+
+    def test_a_missing_program_outcome_is_an_error_result(self) -> None:
+        """A run call without an outcome gives its example an error result, not a score
+        call on nothing."""
+        examples = _examples(2)
+        calls = assembly.run_calls("v", examples, 0)
+        ok = Outcome("out", None, 1, 2)
+        holes, score_calls, where = assembly.after_program(examples, calls, [ok], {}, 0.0)
+        assert [c.example_id for c in score_calls] == ["e0"] and where == [0]
+        assert holes[1] is not None and holes[1].error is not None
+        assert holes[1].error.kind == "cancelled"
+
+    def test_complete_fills_every_gap_in_place(self) -> None:
+        """complete() keeps the results there are and puts an error result in the place
+        of each missing one (a None, or past the end), counting them."""
+        examples = _examples(4)
+        kept = assembly.lost(examples[:1], 0.0, "x")[0]
+        results, missing = assembly.complete(examples, [kept, None], 0.5)
+        assert [r.example_id for r in results] == ["e0", "e1", "e2", "e3"]
+        assert results[0] is kept and missing == 3
+        assert all(r.score == 0.5 and r.error is not None for r in results[1:])
+        assert results[1].observation.duration_ms is None
+
+    def test_lost_results_say_why(self) -> None:
+        """Each example of a lost chunk gets its own error result with the reason."""
+        results = assembly.lost(_examples(2), 0.0, "a cancellation raised inside")
+        assert [r.example_id for r in results] == ["e0", "e1"]
+        assert "a cancellation raised inside" in results[0].feedback
+
+    def test_check_result_count(self) -> None:
+        """A complete run passes the count check; a short one gets a message with the
+        counts and what to do."""
+        assert assembly.check_result_count(200, 200) is None
+        assert assembly.check_result_count(200, 201) is None
+        message = assembly.check_result_count(200, 195)
+        assert message is not None
+        assert message.startswith("5 of 200 examples have no result (195 results)")
+        assert "--resume" in message

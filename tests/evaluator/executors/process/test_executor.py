@@ -388,9 +388,33 @@ class TestProcessExecutor:
             assert (stats.spares_started, stats.spare_ready, stats.crashes) == (2, True, 0)
             assert _kinds(await ex.submit([_call(i) for i in range(5)])) == ["ok"] * 5
 
-    async def test_file_that_exits_in_workers(self, tmp_path: Path) -> None:
-        """A file whose import exits in workers (no message sent) stops being retried after
+    async def test_file_that_kills_its_workers(self, tmp_path: Path) -> None:
+        """A file whose import kills workers (no message sent) stops being retried after
         a few start-ups: every call fails with worker_crash, no spare is started."""
+        path = _write(
+            tmp_path,
+            "metric.py",
+            f"""
+            import os, signal
+            if os.getpid() != {os.getpid()}:
+                os.kill(os.getpid(), signal.SIGKILL)
+            def score(input, output, expected=None):
+                return 1.0, {{"feedback": ""}}
+            """,
+        )
+        fn = load_function(path, "score")
+        async with ProcessExecutor(fn, "score", timeout=30, workers=2) as ex:
+            outcomes = await ex.submit([_call(i) for i in range(5)])
+            assert _kinds(outcomes) == ["worker_crash"] * 5
+            assert "die while starting" in _message(outcomes[0])
+            assert "killed by SIGKILL" in _message(outcomes[0])
+            assert ex.statistics().spares_started == 0
+        assert _children() == []
+
+    async def test_file_that_exits_in_workers(self, tmp_path: Path) -> None:
+        """A file whose import calls os._exit in workers is named by the worker before it
+        goes: every call fails with worker_crash saying the file exited while importing,
+        with its code and line; no spare is started."""
         path = _write(
             tmp_path,
             "metric.py",
@@ -406,8 +430,9 @@ class TestProcessExecutor:
         async with ProcessExecutor(fn, "score", timeout=30, workers=2) as ex:
             outcomes = await ex.submit([_call(i) for i in range(5)])
             assert _kinds(outcomes) == ["worker_crash"] * 5
-            assert "die while starting" in _message(outcomes[0])
-            assert "exited with code 3" in _message(outcomes[0])
+            message = _message(outcomes[0])
+            assert "exited the process while importing (os._exit(3) at import)" in message
+            assert "metric.py:4" in message
             assert ex.statistics().spares_started == 0
         assert _children() == []
 

@@ -1,0 +1,54 @@
+"""What the Ray executor ships to the nodes: the engine's packages and the user's folder."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from evaluator._exceptions import ConfigError
+from evaluator._executors._ray._ship import MAX_FOLDER_BYTES, PACKAGES, bundle
+from evaluator._loader import load_function
+
+METRIC = "def score(input, output, expected=None):\n    return 1.0, {'feedback': ''}\n"
+
+
+def _names(data: bytes) -> set[str]:
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        return set(archive.namelist())
+
+
+def test_the_folder_goes_without_version_control_or_caches(tmp_path: Path) -> None:
+    """The user's file, its siblings and data go; .git, __pycache__, .venv do not; the
+    engine's packages always go."""
+    (tmp_path / "metric.py").write_text(METRIC)
+    (tmp_path / "helpers.py").write_text("X = 1\n")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "words.txt").write_text("a b c\n")
+    for skipped in (".git", "__pycache__", ".venv"):
+        (tmp_path / skipped).mkdir()
+        (tmp_path / skipped / "junk").write_text("x")
+    fn = load_function(tmp_path / "metric.py", "score")
+    names = _names(bundle(fn, with_folder=True))
+    user = {n for n in names if n.startswith("user/")}
+    assert user == {"user/metric.py", "user/helpers.py", "user/data/words.txt"}
+    for package in PACKAGES:
+        assert f"packages/{package}/__init__.py" in names
+    assert "packages/evaluator/_executors/_ray/_boot.py" in names
+    assert not any(n.endswith(".pyc") for n in names)
+    assert not any(n.startswith("user/") for n in _names(bundle(fn, with_folder=False)))
+
+
+def test_a_folder_too_large_to_ship_is_refused(tmp_path: Path) -> None:
+    """A folder over the limit is a ConfigError naming it and the way out."""
+    (tmp_path / "metric.py").write_text(METRIC)
+    with (tmp_path / "dataset.bin").open("wb") as big:
+        big.truncate(MAX_FOLDER_BYTES + 1)  # sparse: no disk used
+    fn = load_function(tmp_path / "metric.py", "score")
+    with pytest.raises(ConfigError) as caught:
+        bundle(fn, with_folder=True)
+    message = str(caught.value)
+    assert str(tmp_path) in message and "more than 100 MB" in message
+    assert "folder of their own" in message
