@@ -13,6 +13,11 @@
    with a semaphore of 64.
 3. Fault storm: 10% 503, 5% 429, 2% dropped connections: every call ends in a reply or an
    LLMError; retries and wall time.
+4. A budget nobody configured: judge calls at full concurrency (64 in flight, 250 ms
+   latency) against a simulator enforcing 1,800 RPM over a sliding window, the client told
+   no limit: with rate-limit headers (the governor learns the limit from them) and without
+   any (bare 429s: AIMD): achieved rate / limit, 429 share, the budget in force and its
+   source.
 
 Every figure is from one run, started from a collected heap; ratios are printed so that
 runs on different machines compare.
@@ -89,6 +94,7 @@ def sim_stats(base_url: str, window: float | None = None) -> dict[str, Any]:
 
 
 async def run_ours(base_url: str, n: int, *, transport: str = "http", **cfg: Any) -> dict[str, Any]:
+    """``n`` judge calls at once through one ModelClient (its governor paces them)."""
     config = ModelConfig(model="judge-1", base_url=base_url, api_key_env=None, **cfg)
     ok = errors = 0
     chosen = AiohttpTransport(limit=config.max_concurrency) if transport == "aiohttp" else None
@@ -115,6 +121,8 @@ async def run_ours(base_url: str, n: int, *, transport: str = "http", **cfg: Any
         "cpu_us": cpu / n * 1e6,
         "retries": stats.retries,
         "rate_limited": stats.rate_limited,
+        "rpm": stats.rpm,
+        "rpm_source": stats.rpm_source,
     }
 
 
@@ -336,10 +344,38 @@ def bench_storm(smoke: bool) -> None:
     assert ended == n, "a call neither replied nor raised LLMError"
 
 
+def bench_budget(smoke: bool) -> None:
+    n, rpm, window = (900, 6000.0, 3.0) if smoke else (3000, 1800.0, 10.0)
+    limit = rpm / 60.0
+    print(
+        f"\n4. A budget nobody configured: {n} judge calls, 64 in flight, 250 ms latency, "
+        f"simulator {rpm:g} RPM over any {window:g} s window, client told no limit"
+    )
+    for label, extra, targets in (
+        ("with headers   ", (), "(target >= 0.9, 429 share <= 0.01)"),
+        ("without headers", ("--no-rate-limit-headers",), "(target >= 0.8, 429 share <= 0.05)"),
+    ):
+        sim_args = ("--rpm", str(rpm), "--window", str(window), "--latency-ms", "250", *extra)
+        with simulator(*sim_args) as url:
+            ours = run(run_ours(url, n, max_concurrency=64))
+            seen = sim_stats(url, window)
+        share = seen["rate_limited"] / max(1, seen["requests"])
+        achieved = ours["ok"] / ours["wall"]
+        in_force = f"{ours['rpm']:.0f} RPM" if ours["rpm"] else "none"
+        print(
+            f"   {label}: achieved/limit {achieved / limit:.3f}, 429 share {share:.4f} "
+            f"{targets}; {ours['ok']} ok / {ours['errors']} failed, wall {ours['wall']:.1f} s, "
+            f"budget in force {in_force} ({ours['rpm_source']}), peak accepted in a window "
+            f"{seen['peak_accepted']} (limit {int(limit * window)})"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="small sizes for CI (seconds)")
-    parser.add_argument("--only", default="rate,latency,storm", help="comma-separated subset")
+    parser.add_argument(
+        "--only", default="rate,latency,storm,budget", help="comma-separated subset"
+    )
     parser.add_argument("--dspy", action="store_true", help="run the dspy contender in --smoke")
     parser.add_argument("--no-dspy", action="store_true", help="skip the dspy contender")
     args = parser.parse_args()
@@ -351,6 +387,8 @@ def main() -> None:
         bench_latency(args.smoke)
     if "storm" in chosen:
         bench_storm(args.smoke)
+    if "budget" in chosen:
+        bench_budget(args.smoke)
 
 
 if __name__ == "__main__":

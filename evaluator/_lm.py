@@ -371,7 +371,9 @@ def resolve_models(
             name = "rpm" if "rpm" in limits else "tpm"
             _refuse(name, f"limits the judge's model, but no model is given: pass {lm_option}=", 0)
         configs = {k: None if c is None else _replace(c, **limits) for k, c in configs.items()}
-    resolved = Models(**configs)
+    resolved = Models(
+        program=configs["program"], metric=configs["metric"], reflection=configs["reflection"]
+    )
     named_by = {"metric": metric_name, "reflection": reflection_name, "program": "`models.program`"}
     options = metric_options if metric is not None else reflection_options
     return JudgeModels(resolved, options, named_by)
@@ -449,10 +451,11 @@ async def served(models: Models, simulator: SimulatorConfig | None) -> AsyncIter
     from llm_client import Simulator
 
     async with Simulator(simulator) as sim:
+        pointed = {
+            field: None if config is None else _pointed_at(config, sim.base_url)
+            for field in ("program", "metric", "reflection")
+            for config in (getattr(models, field),)
+        }
         yield Models(
-            **{
-                field: None if config is None else _pointed_at(config, sim.base_url)
-                for field in ("program", "metric", "reflection")
-                for config in (getattr(models, field),)
-            }
+            program=pointed["program"], metric=pointed["metric"], reflection=pointed["reflection"]
         )

@@ -5,12 +5,19 @@ A call from a program's ``run`` goes to the **program model**; a call from a met
 model is set (``docs/contract.md``). Each reply's usage is added to the meter of the example
 that made it (by its call token), so the pipeline can build the program's
 :class:`Observation` and the judge's :class:`Usage` without any global state.
+
+Model calls that user code makes through its own SDK (the openai client, litellm,
+dspy.LM) are routed here too (``evaluator/_sdk/``): the router opens the
+:class:`~evaluator._sdk._gateway.Gateway` that serves them, and :attr:`ModelRouter.port`
+is what the executors hand each call, for ``skynet.llm`` and SDK calls alike. A call
+that went around the metered paths makes its example's cost unmeasured
+(:meth:`ModelRouter.mark_unmeasured`), and every later one's in that stage.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import msgspec
 
@@ -23,21 +30,18 @@ from ._results import Observation, Usage
 if TYPE_CHECKING:
     from llm_client import GovernorStatistics, ModelClient
 
-__all__ = ["Meter", "ModelRouter", "ModelStatistics", "Models", "budget_source"]
+    from ._sdk._gateway import Gateway, ModelPort
+
+__all__ = ["Meter", "MeterBook", "ModelRouter", "ModelStatistics", "Models", "budget_source"]
+
+_T = TypeVar("_T")
 
 
 def budget_source(stats: GovernorStatistics) -> str:
     """Where a governor's budget came from: "configured", "learned from headers",
-    "adaptive (429s)" or "none".
-
-    Hook: the governor is to say it itself (a ``budget_source`` field of its
-    statistics, once it learns limits from rate-limit headers and 429s); until then a
-    configured rpm or tpm is "configured", and no limit is "none".
+    "adaptive (429s)" or "none" (the governor says it: ``GovernorStatistics.budget_source``).
     """
-    source = getattr(stats, "budget_source", None)
-    if isinstance(source, str):
-        return source
-    return "configured" if stats.rpm is not None or stats.tpm is not None else "none"
+    return stats.budget_source
 
 
 class Models(msgspec.Struct, frozen=True, kw_only=True):
@@ -45,11 +49,14 @@ class Models(msgspec.Struct, frozen=True, kw_only=True):
 
     ``program`` serves ``llm()`` in ``run``; ``metric`` serves ``llm()`` in ``score``,
     falling back to ``reflection`` (the model an optimizer reflects with).
+    ``sdk_base_url`` (the simulator's, with ``--simulator``) serves every SDK call the
+    user's code makes, whatever base URL its client names.
     """
 
     program: ModelConfig | None = None
     metric: ModelConfig | None = None
     reflection: ModelConfig | None = None
+    sdk_base_url: str | None = None
 
     @property
     def judge(self) -> ModelConfig | None:
@@ -103,10 +110,18 @@ class Meter:
         elif self.cost_usd is not None:
             self.cost_usd += completion.cost_usd
 
-    def add_failure(self, error: BaseException) -> None:
-        """A call given up: no reply and no cost, but its retries and 429s still count."""
+    def add_failure(self, error: Any) -> None:
+        """A call given up (an exception, or a routed SDK call's error reply): no reply and
+        no cost, but its retries and 429s still count."""
         self.retries += int(getattr(error, "retries", 0))
         self.rate_limited += int(getattr(error, "rate_limited", 0))
+
+    def unmeasured(self, why: str) -> None:
+        """Traffic the engine did not meter: the cost is unknown, never a partial sum."""
+        note = f"cost not measured: {why}"
+        if note not in self.notes:
+            self.notes.append(note)
+        self.cost_usd = None
 
     def observation(self, duration_ms: float | None) -> Observation:
         """The program stage's observation of one example."""
@@ -140,6 +155,55 @@ class Meter:
         )
 
 
+class MeterBook(dict[int, Meter]):
+    """Meters by call token; once traffic around the metered paths was seen in a stage
+    (:attr:`bypass`), every meter popped from then on is unmeasured too: a connection
+    kept open may carry later examples' calls without a new connect to see."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bypass: str | None = None
+
+    def meter(self, token: int) -> Meter:
+        meter = self.get(token)
+        if meter is None:
+            meter = self[token] = Meter()
+        return meter
+
+    def mark(self, token: int, why: str) -> None:
+        self.meter(token).unmeasured(why)
+        if self.bypass is None:
+            self.bypass = (
+                f"{why} was seen earlier in this run; a connection kept open may carry this "
+                "example's calls unseen"
+            )
+            self[_STICKY] = Meter()  # keeps the book truthy: the pipeline pops every token
+
+    @overload
+    def pop(self, key: int, /) -> Meter: ...
+    @overload
+    def pop(self, key: int, default: Meter, /) -> Meter: ...
+    @overload
+    def pop(self, key: int, default: _T, /) -> Meter | _T: ...
+    def pop(self, key: int, /, *default: Any) -> Any:
+        meter = dict.pop(self, key, None)
+        if self.bypass is None or key == _STICKY:
+            if meter is not None:
+                return meter
+            if default:
+                return default[0]
+            raise KeyError(key)
+        if meter is None:
+            meter = Meter()
+        if meter.cost_usd is not None:  # an unmeasured one keeps its own reason
+            meter.unmeasured(self.bypass)
+        return meter
+
+
+#: The key that keeps a book with a bypass non-empty (tokens are never negative).
+_STICKY = -1
+
+
 class ModelStatistics(msgspec.Struct, frozen=True, kw_only=True):
     """Model calls made through the engine since it opened, by stage."""
 
@@ -150,6 +214,7 @@ class ModelStatistics(msgspec.Struct, frozen=True, kw_only=True):
     retries: int = 0
     program_cost_usd: float | None = 0.0
     judge_cost_usd: float | None = 0.0
+    sdk_calls: int = 0  # of the calls above, those routed from the user's own SDK
 
 
 class ModelRouter:
@@ -157,7 +222,8 @@ class ModelRouter:
 
     Open it inside the running loop. :meth:`handler` is the ``LLMHandler`` that the
     executors hand to ``skynet.llm``: it routes by stage and meters the reply into the
-    calling example's :class:`Meter`, found by the call's token.
+    calling example's :class:`Meter`, found by the call's token. :attr:`port` adds the
+    routed SDK calls to it (``evaluator/_sdk/``).
     """
 
     def __init__(self, models: Models | None) -> None:
@@ -165,10 +231,12 @@ class ModelRouter:
         self._stack: contextlib.AsyncExitStack | None = None
         self._program: ModelClient | None = None
         self._judge: ModelClient | None = None
-        self.program_meters: dict[int, Meter] = {}
-        self.judge_meters: dict[int, Meter] = {}
+        self.program_meters = MeterBook()
+        self.judge_meters = MeterBook()
         self._totals = {"program": Meter(), "score": Meter()}
         self._failed = 0
+        self._gateway: Gateway | None = None
+        self._port: ModelPort | None = None
         # The second line of defence: a model call's exception enters the engine here,
         # and leaves without any key the engine holds (the client redacts it already).
         self._redact = Redactor()
@@ -182,28 +250,49 @@ class ModelRouter:
         return self.models.judge is not None
 
     async def __aenter__(self) -> ModelRouter:
-        configs = [c for c in (self.models.program, self.models.judge) if c is not None]
-        if not configs:
-            return self
-        from llm_client import ModelClient
+        from ._sdk._gateway import Gateway, ModelPort
 
+        configs = [c for c in (self.models.program, self.models.judge) if c is not None]
         self._stack = contextlib.AsyncExitStack()
         await self._stack.__aenter__()
         try:
-            clients: dict[Any, ModelClient] = {}
-            for config in configs:
-                if config not in clients:  # one client per distinct configuration
-                    clients[config] = await self._stack.enter_async_context(ModelClient(config))
-            self._redact = Redactor(c.api_key() for c in clients if c.api_key_env is not None)
-            if self.models.program is not None:
-                self._program = clients[self.models.program]
-            judge = self.models.judge
-            if judge is not None:
-                self._judge = clients[judge]
+            if configs:
+                await self._open_clients(configs)
+            gateway = Gateway(self, self.models.sdk_base_url)
+            self._gateway = await self._stack.enter_async_context(gateway)
+            self._port = ModelPort(self, gateway)
         except BaseException:
             await self._stack.aclose()
             raise
         return self
+
+    async def _open_clients(self, configs: list[ModelConfig]) -> None:
+        from llm_client import ModelClient
+
+        assert self._stack is not None
+        clients: dict[Any, ModelClient] = {}
+        for config in configs:
+            if config not in clients:  # one client per distinct configuration
+                clients[config] = await self._stack.enter_async_context(ModelClient(config))
+        self._redact = Redactor(c.api_key() for c in clients if c.api_key_env is not None)
+        if self.models.program is not None:
+            self._program = clients[self.models.program]
+        judge = self.models.judge
+        if judge is not None:
+            self._judge = clients[judge]
+
+    @property
+    def port(self) -> ModelPort:
+        """``skynet.llm`` and routed SDK calls, for the executors (open the router first)."""
+        if self._port is None:
+            raise RuntimeError("the model router is not open")
+        return self._port
+
+    async def close_gateway(self) -> None:
+        """Cancel routed calls still in flight (their threads see a connection error), so
+        that executors closing after this wait for no model call."""
+        if self._gateway is not None:
+            await self._gateway.aclose()
 
     async def __aexit__(self, *exc_info: object) -> None:
         if self._stack is not None:
@@ -229,24 +318,61 @@ class ModelRouter:
                 {"role": "system", "content": instruction},
                 {"role": "user", "content": input},
             ]
-        meters = self.program_meters if stage == "run" else self.judge_meters
-        meter = meters.get(token)
-        if meter is None:
-            meter = meters[token] = Meter()
-        total = self._totals["program" if stage == "run" else "score"]
         try:
             completion = await client.complete(messages=messages, **options)
         except Exception as exc:
-            self._failed += 1
-            meter.add_failure(exc)
-            total.add_failure(exc)
+            self.record_failure(token, stage, exc)
             clean = self._redact.exception(exc)
             if clean is exc:
                 raise
             raise clean from None
-        meter.add(completion)
-        total.add(completion)
+        self.record(token, stage, completion)
         return str(completion.text)
+
+    # -- metering (skynet.llm and routed SDK calls) -------------------------------------
+
+    def _book(self, stage: Stage) -> MeterBook:
+        return self.program_meters if stage == "run" else self.judge_meters
+
+    def record(self, token: int, stage: Stage, usage: Any) -> None:
+        """A reply (a ``Completion``, a routed ``Forwarded``): into the example's meter."""
+        self._book(stage).meter(token).add(usage)
+        self._totals["program" if stage == "run" else "score"].add(usage)
+
+    def record_failure(self, token: int, stage: Stage, error: Any) -> None:
+        """A call that got no reply, or an error reply: its retries and 429s count."""
+        self._failed += 1
+        self._book(stage).meter(token).add_failure(error)
+        self._totals["program" if stage == "run" else "score"].add_failure(error)
+
+    def mark_unmeasured(self, token: int, stage: Stage, why: str) -> None:
+        """Call ``token`` reached the network around the metered paths (``why`` names the
+        host): its cost is unmeasured, and so is every later example's of ``stage``."""
+        self._book(stage).mark(token, why)
+        self._totals["program" if stage == "run" else "score"].unmeasured(why)
+
+    # -- what the gateway asks -----------------------------------------------------------
+
+    def model_for(self, stage: Stage) -> str | None:
+        """The configured model name of ``stage``'s ``skynet.llm``, if any."""
+        config = self.models.program if stage == "run" else self.models.judge
+        return None if config is None else config.model
+
+    def is_configured(self, model: str) -> bool:
+        return any(
+            c is not None and c.model == model
+            for c in (self.models.program, self.models.metric, self.models.reflection)
+        )
+
+    def configured_client(self, model: str, base_url: str) -> ModelClient | None:
+        """The configured client of ``model`` at ``base_url``, if there is one."""
+        base = base_url.rstrip("/")
+        for client in (self._program, self._judge):
+            if client is not None:
+                config = client.config
+                if config.model == model and config.base_url.rstrip("/") == base:
+                    return client
+        return None
 
     def statistics(self) -> ModelStatistics:
         program, judge = self._totals["program"], self._totals["score"]
@@ -258,6 +384,7 @@ class ModelRouter:
             retries=program.retries + judge.retries,
             program_cost_usd=program.cost_usd,
             judge_cost_usd=judge.cost_usd,
+            sdk_calls=self._gateway.routed if self._gateway is not None else 0,
         )
 
     def budgets(self) -> tuple[ModelBudget, ...]:
@@ -266,6 +393,9 @@ class ModelRouter:
         for role, client in (("program", self._program), ("judge", self._judge)):
             if client is not None:
                 roles.setdefault(id(client), (client, []))[1].append(role)
+        # SDK hook: the clients opened for the user's own SDK calls to other models.
+        for client in self._gateway.clients() if self._gateway is not None else ():
+            roles.setdefault(id(client), (client, []))[1].append("sdk")
         budgets = []
         for client, names in roles.values():
             stats = client.statistics()

@@ -449,7 +449,10 @@ def _latency_rows(report: Report) -> Rows:
 def _cost_rows(report: Report) -> Rows:
     def usd(value: float | None, unmeasured: int) -> str:
         if value is None:
-            return f"unmeasured ({unmeasured} example(s) without a known price)"
+            return (
+                f"unmeasured ({unmeasured} example(s) without a known price or with "
+                "network traffic the engine did not meter; their notes say which)"
+            )
         return f"${value:.6f}"
 
     rows: Rows = []

@@ -1,5 +1,9 @@
 """An async client for OpenAI-compatible chat completions, with a rate governor.
 
+``ModelClient.complete`` sends a chat completion it builds; ``ModelClient.forward`` sends a
+request an SDK built (chat completions, the Responses API, Anthropic messages; streamed or
+not) through the same governor, retries and pricing.
+
 The product is the client (``_client``, ``_config``, ``_governor``, ``_retry``,
 ``_pricing``, ``_wire``, ``_exceptions``); ``_transports/`` is how its requests reach a
 server, and ``_simulator/`` a local OpenAI-compatible server to test and measure it
@@ -15,6 +19,7 @@ from ._exceptions import LLMError as LLMError
 from ._exceptions import ModelClientError as ModelClientError
 from ._exceptions import ModelConfigError as ModelConfigError
 from ._exceptions import RequestTooLargeError as RequestTooLargeError
+from ._forward import Forwarded as Forwarded
 from ._governor import GovernorStatistics as GovernorStatistics
 from ._governor import RateGovernor as RateGovernor
 from ._redact import Redactor as Redactor
@@ -35,6 +40,7 @@ __all__ = [
     "AiohttpTransport",
     "ClientClosedError",
     "Completion",
+    "Forwarded",
     "GovernorStatistics",
     "HTTPRequest",
     "HTTPResponse",

@@ -1,23 +1,31 @@
-"""The model client: one chat completion at a time, governed, retried, metered."""
+"""The model client: one chat completion at a time, governed, retried, metered.
+
+Two calls share one path (admission, one attempt, settlement, classification, retry):
+:meth:`ModelClient.complete` builds its own chat request and returns a
+:class:`Completion`; :meth:`ModelClient.forward` sends a request someone else built (an
+SDK's) and returns the provider's reply with its cost (``_forward.py``).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 import msgspec
 
 from ._config import ModelConfig
 from ._exceptions import ClientClosedError, LLMError
+from ._forward import Forwarded, ForwardRequest, is_event_stream, reply_headers
 from ._governor import GovernorStatistics, Permit, RateGovernor, governor_for
 from ._pricing import Prices, resolve_prices
 from ._redact import Redactor
 from ._retry import NEVER_RETRY, RetryDetails, backoff, is_retryable_status, server_wait
 from ._transports import HTTPRequest, HTTPResponse, HTTPTransport, Transport, TransportError
+from ._usage import CallUsage, read_usage
 from ._wire import (
     REQUEST_OPTIONS,
     ChatRequest,
@@ -34,6 +42,11 @@ __all__ = ["Completion", "ModelClient"]
 #: Completion tokens reserved when neither the call nor the config sets ``max_tokens``;
 #: the reservation is corrected from ``usage`` when the reply arrives.
 DEFAULT_COMPLETION_RESERVE = 256
+
+_T = TypeVar("_T")
+#: Reads a 2xx reply: a failure (a malformed body), or the value the call returns, and the
+#: tokens it used (None: unknown, the reservation is refunded).
+_Reader = Callable[[HTTPResponse], tuple["_Failure | None", "_T | None", int | None]]
 
 
 class Completion(msgspec.Struct, frozen=True, kw_only=True):
@@ -101,9 +114,9 @@ def _plain_messages(messages: Sequence[Mapping[str, Any]]) -> tuple[list[dict[st
 
 
 class _Failure:
-    """One failed attempt, classified."""
+    """One failed attempt, classified; ``response`` is the reply when one came."""
 
-    __slots__ = ("code", "kind", "message", "retryable", "status", "wait")
+    __slots__ = ("code", "kind", "message", "response", "retryable", "status", "wait")
 
     def __init__(
         self,
@@ -121,6 +134,7 @@ class _Failure:
         self.code = code
         self.retryable = retryable
         self.wait = wait
+        self.response: HTTPResponse | None = None
 
 
 def _error_detail(body: bytes, redact: Redactor) -> tuple[str, str | None]:
@@ -171,6 +185,9 @@ class ModelClient:
     servers; :class:`~llm_client.AiohttpTransport` for HTTPS and proxies; a
     :class:`~llm_client.MockTransport` in unit tests); ``on_retry`` is called with a
     :class:`RetryDetails` before each retry; ``seed`` seeds the backoff jitter.
+    ``api_key`` is the key itself when it does not come from the config's environment
+    variable (the key an SDK's request carries, for :meth:`forward`): it keys the shared
+    governor and is scrubbed from errors, and is never logged.
     """
 
     def __init__(
@@ -180,10 +197,12 @@ class ModelClient:
         transport: Transport | None = None,
         on_retry: Callable[[RetryDetails], None] | None = None,
         seed: int | None = None,
+        api_key: str | None = None,
     ) -> None:
         if not isinstance(config, ModelConfig):
             raise TypeError(f"`config` must be a ModelConfig, got {type(config).__name__}")
         self._config = config
+        self._given_key = api_key
         self._transport: Transport = transport or default_transport(config)
         self._on_retry = on_retry
         self._rng = random.Random(seed)
@@ -208,7 +227,7 @@ class ModelClient:
         if self._state == "open":
             raise ClientClosedError("this ModelClient is already open", model=self._config.model)
         cfg = self._config
-        self._key = cfg.api_key()
+        self._key = self._given_key if self._given_key is not None else cfg.api_key()
         self._redact = Redactor([self._key])
         self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._key:
@@ -330,10 +349,12 @@ class ModelClient:
         try:
             body, reserve = self._build(messages, options)
             request = HTTPRequest("POST", self._config.endpoint, self._headers, body)
-            deadline = self._config.deadline
-            if deadline is None:
-                return await self._call(request, reserve, None)
-            return await self._call_by(deadline, request, reserve)
+            state = _CallState()
+            call = self._call(request, reserve, state, self._read_chat, self._config.timeout)
+            decoded = await self._within_deadline(call, state)
+            if isinstance(decoded, _Failure):
+                raise self._give_up(decoded, state)
+            return self._completion(decoded, state)
         except Exception as exc:
             # The last line: whatever leaves the client (an unexpected exception out of a
             # transport included) leaves without the key. Ours are clean already.
@@ -342,14 +363,66 @@ class ModelClient:
                 raise
             raise clean from None
 
-    async def _call_by(self, deadline: float, request: HTTPRequest, reserve: int) -> Completion:
-        """:meth:`_call`, given up at ``deadline`` seconds with an :class:`LLMError`."""
+    async def forward(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        *,
+        timeout: float | None = None,
+    ) -> Forwarded:
+        """Send a request someone else built (an SDK's) and return the provider's reply.
+
+        Governed, retried (408, 409, 429, 5xx, dropped connections; the server's wait
+        honoured) and priced like :meth:`complete`; the reply comes back as the provider
+        sent it, with its usage read from the body: chat completions, the Responses API
+        and Anthropic messages, plain or streamed (see ``_forward.py`` for the few changes
+        made on the way). ``headers`` are sent as given, the caller's own key included;
+        ``timeout`` bounds one attempt (default: the config's). A reply the client gives
+        up on is returned, not raised, for the caller's SDK to raise its own error; only a
+        call that got no reply at all (connection errors, timeouts, the deadline) raises
+        :class:`LLMError`.
+        """
+        if self._state != "open" or self._governor is None:
+            raise ClientClosedError(
+                "forward() needs an open client: use `async with ModelClient(config) as "
+                "client:`" + (" (this one is closed)" if self._state == "closed" else ""),
+                model=self._config.model,
+            )
+        prepared = ForwardRequest(method, url, headers, body, self._config.model)
+        # The request's own key (an SDK's) is scrubbed as well as the client's.
+        redact = Redactor([prepared.api_key, self._key])
+        try:
+            request = HTTPRequest(method, url, prepared.headers, prepared.body)
+            state = _CallState()
+            attempt_timeout = self._config.timeout if timeout is None else timeout
+            call = self._call(request, prepared.reserve, state, _read_forwarded, attempt_timeout)
+            outcome = await self._within_deadline(call, state)
+            if isinstance(outcome, _Failure):
+                if outcome.response is None:
+                    raise self._give_up(outcome, state)
+                return self._forwarded(
+                    prepared, outcome.response, None, state, failed=True, redact=redact
+                )
+            response, usage = outcome
+            return self._forwarded(prepared, response, usage, state, failed=False, redact=redact)
+        except Exception as exc:
+            clean = redact.exception(exc)
+            if clean is exc:
+                raise
+            raise clean from None
+
+    async def _within_deadline(self, call: Awaitable[_T], state: _CallState) -> _T:
+        """``call`` bounded by the config's deadline (queueing and retries included)."""
+        deadline = self._config.deadline
+        if deadline is None:
+            return await call
         loop = asyncio.get_running_loop()
-        state = _CallState()
         scope = asyncio.timeout_at(loop.time() + deadline)
         try:
             async with scope:
-                return await self._call(request, reserve, state)
+                return await call
         except TimeoutError:
             if not scope.expired():
                 raise
@@ -368,23 +441,27 @@ class ModelClient:
             ) from None
 
     async def _call(
-        self, request: HTTPRequest, reserve: int, state: _CallState | None
-    ) -> Completion:
+        self,
+        request: HTTPRequest,
+        reserve: int,
+        state: _CallState,
+        read: _Reader[_T],
+        timeout: float,
+    ) -> _T | _Failure:
+        """Attempts until ``read`` accepts a reply (its value is returned) or the client
+        gives up (the last failure is returned, its reply attached when one came)."""
         cfg = self._config
         governor = self._governor
         assert governor is not None
-        state = state or _CallState()
-        started = time.perf_counter()
         seq = governor.next_seq()
         malformed_seen = 0
         while True:
             permit = await governor.acquire(reserve, seq=seq)
             state.queued_s += permit.queued_s
             state.attempts += 1
-            failure, response = await self._attempt(governor, permit, request)
-            if response is not None:
-                return self._completion(response, state, started)
-            assert failure is not None
+            failure, value = await self._attempt(governor, permit, request, read, timeout)
+            if failure is None:
+                return cast(_T, value)  # read() accepted the reply
             state.last_status = failure.status
             state.last_message = failure.message
             if failure.status == 429:
@@ -393,10 +470,13 @@ class ModelClient:
                 malformed_seen += 1
                 failure.retryable = malformed_seen <= 1
             attempts_left = state.attempts <= cfg.max_retries
+            hinted = failure.wait is not None
             if not failure.retryable or not attempts_left:
                 if failure.status == 429:
-                    governor.note_rate_limited(0.0)
-                raise self._give_up(failure, state)
+                    # A 429 no retry helps (quota, a request too large) is no congestion.
+                    bare = failure.retryable and not hinted
+                    governor.note_rate_limited(0.0, hinted=not bare, epoch=permit.epoch)
+                return failure
             wait = failure.wait
             if wait is None:
                 wait = backoff(state.attempts, self._rng)
@@ -405,7 +485,11 @@ class ModelClient:
             if failure.status == 429:
                 # One pause for everyone: the governor holds every caller (this one
                 # included, on its next acquire) until it ends.
-                governor.note_rate_limited(wait)
+                governor.note_rate_limited(wait, hinted=hinted, epoch=permit.epoch)
+                if not hinted and governor.adapting:
+                    # A bare 429 under AIMD is the governor's probe: the next probe is
+                    # another caller's, so that no one call spends its retries on them.
+                    seq = governor.next_seq()
             if self._on_retry is not None:
                 self._on_retry(
                     RetryDetails(
@@ -421,13 +505,18 @@ class ModelClient:
                 await asyncio.sleep(wait)
 
     async def _attempt(
-        self, governor: RateGovernor, permit: Permit, request: HTTPRequest
-    ) -> tuple[_Failure | None, _Decoded | None]:
+        self,
+        governor: RateGovernor,
+        permit: Permit,
+        request: HTTPRequest,
+        read: _Reader[_T],
+        timeout: float,
+    ) -> tuple[_Failure | None, _T | None]:
         """One HTTP attempt under ``permit``; the permit is settled whatever happens."""
         used: int | None = None
         try:
             try:
-                response = await self._transport.send(request, timeout=self._config.timeout)
+                response = await self._transport.send(request, timeout=timeout)
             except TransportError as exc:
                 # A transport quotes what it could not parse (a status line, a header),
                 # which may be our own Authorization header echoed back.
@@ -435,24 +524,35 @@ class ModelClient:
                 if exc.kind == "timeout" and exc.response_started:
                     return _Failure("body_timeout", detail), None
                 return _Failure("transport", detail), None
-            if response.status != 200:
-                return self._status_failure(response), None
-            try:
-                decoded = response_decoder.decode(response.body)
-                if not decoded.choices:
-                    raise msgspec.ValidationError("`choices` is empty")
-            except msgspec.DecodeError as exc:
-                # A proxy or error page may echo the request's headers: redact the key
-                # (before shortening: a cut could split it, and again after quoting).
-                text = self._redact(response.body.decode("utf-8", "replace"))
-                message = f"malformed response body ({exc}): {_short(text, 120)!r}"
-                return _Failure("malformed", self._redact(message), status=200), None
-            usage = decoded.usage
-            if usage is not None:
-                used = usage.prompt_tokens + usage.completion_tokens
-            return None, _Decoded(decoded)
+            governor.observe(response.headers)
+            if not 200 <= response.status < 300:
+                refused = self._status_failure(response)
+                refused.response = response
+                return refused, None
+            failure, value, used = read(response)
+            if failure is not None:
+                failure.response = response
+            return failure, value
         finally:
             governor.release(permit, used)
+
+    def _read_chat(
+        self, response: HTTPResponse
+    ) -> tuple[_Failure | None, ChatResponse | None, int | None]:
+        """A 200 chat completion decoded, or a malformed-body failure."""
+        try:
+            decoded = response_decoder.decode(response.body)
+            if not decoded.choices:
+                raise msgspec.ValidationError("`choices` is empty")
+        except msgspec.DecodeError as exc:
+            # A proxy or error page may echo the request's headers: redact the key
+            # (before shortening: a cut could split it, and again after quoting).
+            text = self._redact(response.body.decode("utf-8", "replace"))
+            message = f"malformed response body ({exc}): {_short(text, 120)!r}"
+            return _Failure("malformed", self._redact(message), status=200), None, None
+        usage = decoded.usage
+        used = None if usage is None else usage.prompt_tokens + usage.completion_tokens
+        return None, decoded, used
 
     def _status_failure(self, response: HTTPResponse) -> _Failure:
         status = response.status
@@ -461,6 +561,15 @@ class ModelClient:
             return _Failure(
                 "status",
                 f"{message} (insufficient_quota: add credit or raise the quota; not retried)",
+                status=status,
+                code=code,
+                retryable=False,
+            )
+        if status == 429 and "request too large" in message.lower():
+            # OpenAI's answer to a request above the whole per-minute budget: no wait helps.
+            return _Failure(
+                "status",
+                f"{message} (larger than the whole token budget: shorten it; not retried)",
                 status=status,
                 code=code,
                 retryable=False,
@@ -486,8 +595,7 @@ class ModelClient:
             rate_limited=state.rate_limited,
         )
 
-    def _completion(self, decoded: _Decoded, state: _CallState, started: float) -> Completion:
-        response = decoded.response
+    def _completion(self, response: ChatResponse, state: _CallState) -> Completion:
         choice = response.choices[0]
         usage = response.usage
         prices = self._prices
@@ -504,7 +612,7 @@ class ModelClient:
             cdetails = usage.completion_tokens_details
             reasoning = (cdetails.reasoning_tokens or 0) if cdetails is not None else 0
             cost, note = prices.cost(input_tokens, output_tokens, cached)
-        wall = time.perf_counter() - started
+        wall = time.perf_counter() - state.started
         return Completion(
             text=choice.message.content or "",
             model=response.model or self._config.model,
@@ -521,20 +629,81 @@ class ModelClient:
             finish_reason=choice.finish_reason,
         )
 
+    def _forwarded(
+        self,
+        prepared: ForwardRequest,
+        response: HTTPResponse,
+        usage: CallUsage | None,
+        state: _CallState,
+        *,
+        failed: bool,
+        redact: Redactor,
+    ) -> Forwarded:
+        """The reply handed back to the caller, with what it cost."""
+        wall = time.perf_counter() - state.started
+        body = response.body
+        cost: float | None
+        note: str | None
+        if failed:
+            # Some providers echo the key in an error: never hand it on.
+            text = body.decode("utf-8", "replace")
+            if redact.finds(text):
+                body = redact(text).encode()
+            cost, note = 0.0, f"HTTP {response.status}: an error reply is not billed"
+        elif usage is None:
+            cost, note = None, "the server reported no usage, so the cost is unmeasured"
+        else:
+            assert self._prices is not None
+            cost, note = self._prices.cost(
+                usage.input_tokens, usage.output_tokens, usage.cached_tokens
+            )
+            body = prepared.reply_body(body)
+        tokens = usage or CallUsage(0, 0, 0, 0)
+        return Forwarded(
+            status=response.status,
+            headers=reply_headers(response.headers, final_failure=failed),
+            body=body,
+            model=prepared.model,
+            usage_reported=usage is not None,
+            input_tokens=tokens.input_tokens,
+            output_tokens=tokens.output_tokens,
+            cached_tokens=tokens.cached_tokens,
+            reasoning_tokens=tokens.reasoning_tokens,
+            cost_usd=cost,
+            cost_note=note,
+            queued_ms=state.queued_s * 1000.0,
+            latency_ms=max(0.0, wall - state.queued_s) * 1000.0,
+            attempts=state.attempts,
+            retries=state.retries,
+            rate_limited=state.rate_limited,
+        )
 
-class _Decoded:
-    __slots__ = ("response",)
 
-    def __init__(self, response: ChatResponse) -> None:
-        self.response = response
+def _read_forwarded(
+    response: HTTPResponse,
+) -> tuple[_Failure | None, tuple[HTTPResponse, CallUsage | None], int | None]:
+    """Any 2xx reply is the caller's to read; its usage, when it reports one, settles
+    the reservation."""
+    usage = read_usage(response.body, event_stream=is_event_stream(response.headers))
+    used = None if usage is None else usage.input_tokens + usage.output_tokens
+    return None, (response, usage), used
 
 
 class _CallState:
     """What one call has been through so far (read by the deadline handler)."""
 
-    __slots__ = ("attempts", "last_message", "last_status", "queued_s", "rate_limited", "retries")
+    __slots__ = (
+        "attempts",
+        "last_message",
+        "last_status",
+        "queued_s",
+        "rate_limited",
+        "retries",
+        "started",
+    )
 
     def __init__(self) -> None:
+        self.started = time.perf_counter()
         self.attempts = 0
         self.retries = 0
         self.rate_limited = 0

@@ -19,6 +19,11 @@ The budgets are token buckets refilling continuously:
 
 A reservation is settled when the attempt ends: refunded in full if no usage came back
 (an error, a cancellation), otherwise corrected to the tokens the server reported.
+
+When no ``rpm``/``tpm`` is configured the budget is learned (``_budget.py``): from the
+provider's rate-limit headers, which every reply is shown to (:meth:`RateGovernor.observe`),
+else from bare 429s by AIMD. :meth:`RateGovernor.statistics` says which budget is in force
+and where it came from.
 """
 
 from __future__ import annotations
@@ -30,21 +35,30 @@ import itertools
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
 
+from ._budget import Adaptive, BudgetSource, read_limits
 from ._exceptions import RequestTooLargeError
 
 __all__ = ["GovernorStatistics", "Permit", "RateGovernor", "governor_for"]
 
 
 class GovernorStatistics(msgspec.Struct, frozen=True, kw_only=True):
-    """A snapshot of one governor (shared by every client of one base URL, key and model)."""
+    """A snapshot of one governor (shared by every client of one base URL, key and model).
+
+    ``rpm``/``tpm`` are the budgets in force (None: none), and ``rpm_source``/``tpm_source``
+    where each came from: "configured", "learned from headers", "adaptive (429s)" or
+    "none".
+    """
 
     rpm: float | None
     tpm: float | None
+    rpm_source: BudgetSource
+    tpm_source: BudgetSource
+    budget_source: BudgetSource  # the request budget's source, else the token budget's
     max_concurrency: int
     in_flight: int  # admitted attempts not yet settled
     waiting: int  # callers queued for admission
@@ -97,14 +111,17 @@ class _Waiter:
 class Permit:
     """An admitted attempt: holds one concurrency slot, one request and a token reservation.
 
-    Settle it exactly once with :meth:`RateGovernor.release`.
+    Settle it exactly once with :meth:`RateGovernor.release`. ``epoch`` counts the 429
+    episodes before its admission: a 429 or a success of a permit admitted since the last
+    episode is news, one of an older permit is not.
     """
 
-    __slots__ = ("_released", "queued_s", "tokens")
+    __slots__ = ("_released", "epoch", "queued_s", "tokens")
 
-    def __init__(self, tokens: int, queued_s: float) -> None:
+    def __init__(self, tokens: int, queued_s: float, epoch: int = 0) -> None:
         self.tokens = tokens
         self.queued_s = queued_s
+        self.epoch = epoch
         self._released = False
 
 
@@ -131,6 +148,12 @@ class RateGovernor:
         self._margin = margin
         self._rpm = rpm
         self._tpm = tpm
+        self._rpm_source: BudgetSource = "configured" if rpm else "none"
+        self._tpm_source: BudgetSource = "configured" if tpm else "none"
+        # AIMD only while no request budget is configured or learned from headers.
+        self._adaptive: Adaptive | None = None if rpm else Adaptive()
+        self._epoch = 0
+        self._tokens_admitted = 0
         self._max_concurrency = max_concurrency
         now = clock()
         self._requests = _Bucket(self._rate(rpm), self.BURST, now) if rpm else None
@@ -174,15 +197,18 @@ class RateGovernor:
         """
         now = self._clock()
         self._margin = max(self._margin, margin)
-        if rpm is not None and (self._rpm is None or rpm < self._rpm):
+        if rpm is not None and (self._rpm_source != "configured" or rpm < (self._rpm or rpm)):
             self._rpm = rpm
+            self._rpm_source = "configured"
+            self._adaptive = None
         if self._rpm is not None:
             if self._requests is None:
                 self._requests = _Bucket(0.0, self.BURST, now)
             self._requests.refill(now)
             self._requests.rate = self._rate(self._rpm)
-        if tpm is not None and (self._tpm is None or tpm < self._tpm):
+        if tpm is not None and (self._tpm_source != "configured" or tpm < (self._tpm or tpm)):
             self._tpm = tpm
+            self._tpm_source = "configured"
         if self._tpm is not None:
             if self._tokens is None:
                 self._tokens = _Bucket(0.0, 0.0, now)
@@ -209,8 +235,8 @@ class RateGovernor:
         now = self._clock()
         if not self._heap and self._in_flight < self._max_concurrency and self._admits(now):
             # Nobody queued and the budgets allow it: admit at once, without a future.
-            self._admit(tokens)
-            return Permit(tokens, 0.0)
+            self._admit(tokens, now)
+            return Permit(tokens, 0.0, self._epoch)
         loop = asyncio.get_running_loop()
         waiter = _Waiter(next(self._seq) if seq is None else seq, tokens, loop.create_future(), now)
         heapq.heappush(self._heap, waiter)
@@ -222,7 +248,7 @@ class RateGovernor:
             fut = waiter.future
             if fut.done() and not fut.cancelled():
                 # Admitted in the same tick as the cancellation: hand the slot back.
-                self.release(Permit(tokens, 0.0), None)
+                self.release(Permit(tokens, 0.0, self._epoch), None)
             else:
                 fut.cancel()
                 self._waiting -= 1
@@ -230,7 +256,7 @@ class RateGovernor:
             raise
         queued = max(0.0, admitted_at - waiter.enqueued)
         self._queued_s += queued
-        return Permit(tokens, queued)
+        return Permit(tokens, queued, self._epoch)
 
     def release(self, permit: Permit, used_tokens: int | None) -> None:
         """Settle an attempt: free its slot; refund or correct its token reservation.
@@ -249,17 +275,112 @@ class RateGovernor:
             bucket.refill(now)
             correction = permit.tokens if used_tokens is None else permit.tokens - used_tokens
             bucket.level = min(bucket.capacity, bucket.level + correction)
+        adaptive = self._adaptive
+        if (
+            adaptive is not None
+            and adaptive.in_episode
+            and used_tokens is not None
+            and permit.epoch == self._epoch
+        ):
+            adaptive.recovered(self._clock())
+            self._apply_adaptive()
         self._dispatch()
 
-    def note_rate_limited(self, wait_s: float) -> None:
+    # -- learning the budget ---------------------------------------------------------------
+
+    def observe(self, headers: Mapping[str, str]) -> None:
+        """Read a reply's rate-limit headers; pace to the limits they state unless a
+        limit was configured (see ``_budget.py``)."""
+        if self._rpm_source == "configured" and self._tpm_source == "configured":
+            return
+        hints = read_limits(headers)
+        if hints is None:
+            return
+        now = self._clock()
+        learned = False
+        if hints.rpm is not None and self._rpm_source != "configured" and hints.rpm != self._rpm:
+            self._learn_requests(hints.rpm, hints.remaining_requests, now)
+            learned = True
+        if hints.tpm is not None and self._tpm_source != "configured" and hints.tpm != self._tpm:
+            self._learn_tokens(hints.tpm, hints.remaining_tokens, now)
+            learned = True
+        if learned:
+            self._dispatch()
+
+    @property
+    def adapting(self) -> bool:
+        """Whether bare 429s drive the request rate (no rpm configured or learned)."""
+        return self._adaptive is not None
+
+    def _learn_requests(self, rpm: float, remaining: float | None, now: float) -> None:
+        first = self._rpm_source != "learned from headers"
+        self._rpm = rpm
+        self._rpm_source = "learned from headers"
+        self._adaptive = None
+        bucket = self._requests
+        if bucket is None:
+            bucket = self._requests = _Bucket(self._rate(rpm), self.BURST, now)
+        bucket.refill(now)
+        bucket.rate = self._rate(rpm)
+        if first and remaining is not None:
+            # What went out before anyone knew the limit is in the provider's window
+            # already: pay it back before pacing (never more than this governor sent).
+            used = min(max(0.0, rpm - remaining), float(self._requests_sent))
+            bucket.level = min(bucket.level, self.BURST - used)
+
+    def _learn_tokens(self, tpm: float, remaining: float | None, now: float) -> None:
+        first = self._tpm_source != "learned from headers"
+        self._tpm = tpm
+        self._tpm_source = "learned from headers"
+        bucket = self._tokens
+        if bucket is None:
+            bucket = self._tokens = _Bucket(self._rate(tpm), 0.0, now)
+        bucket.refill(now)
+        bucket.rate = self._rate(tpm)
+        if first and remaining is not None:
+            used = min(max(0.0, tpm - remaining), float(self._tokens_admitted))
+            bucket.level = min(bucket.level, -used)
+
+    def _apply_adaptive(self) -> None:
+        """Put the AIMD rate in force as the request budget."""
+        adaptive = self._adaptive
+        if adaptive is None or adaptive.rate is None:
+            return
+        now = self._clock()
+        bucket = self._requests
+        if bucket is None:
+            bucket = self._requests = _Bucket(adaptive.rate, self.BURST, now)
+        bucket.refill(now)
+        bucket.rate = adaptive.rate
+        self._rpm = adaptive.rate * 60.0
+        self._rpm_source = "adaptive (429s)"
+
+    def note_rate_limited(
+        self, wait_s: float, *, hinted: bool = True, epoch: int | None = None
+    ) -> None:
         """A 429 came back: everyone waiting on this governor pauses for ``wait_s``.
 
         The request budget is clamped to one request and both budgets stop refilling
         until the pause ends, so the callers resume one at a time at the configured pace
         rather than together (which is how a retry storm starts).
+
+        ``epoch`` is the refused attempt's :attr:`Permit.epoch`: a 429 to a request sent
+        before the last episode began is part of that episode, not news. A bare 429
+        (``hinted`` False: no retry-after, no rate-limit header) with no budget configured
+        or learned drives the AIMD rate down and sets the pause (``_budget.py``).
         """
         self._rate_limited += 1
         now = self._clock()
+        news = epoch is None or epoch >= self._epoch
+        if news:
+            self._epoch += 1
+        adaptive = self._adaptive
+        if adaptive is not None and not hinted:
+            if not news:
+                self._dispatch()
+                return  # the pause of its episode stands
+            wait_s = max(wait_s, adaptive.refused(now))
+            self._apply_adaptive()
         until = now + max(0.0, wait_s)
         if until > self._paused_until:
             if self._paused_until < now:
@@ -282,6 +403,13 @@ class RateGovernor:
             return
         now = self._clock()
         requests, tokens = self._requests, self._tokens
+        adaptive = self._adaptive
+        if adaptive is not None and adaptive.rate is not None and requests is not None:
+            # Callers are queued: the rate may grow, unless the cap or a pause holds them.
+            hungry = self._in_flight < self._max_concurrency and now >= self._paused_until
+            adaptive.grow(now, hungry=hungry)
+            requests.refill(now)
+            requests.rate = adaptive.rate
         while heap:
             head = heap[0]
             if head.future.done():  # cancelled while waiting
@@ -300,7 +428,7 @@ class RateGovernor:
                 self._arm(now, wait)
                 return
             heapq.heappop(heap)
-            self._admit(head.tokens)
+            self._admit(head.tokens, now)
             self._waiting -= 1
             head.future.set_result(now)
 
@@ -309,6 +437,9 @@ class RateGovernor:
         if self._paused_until > now:
             return False
         requests, tokens = self._requests, self._tokens
+        adaptive = self._adaptive
+        if adaptive is not None and adaptive.rate is not None:
+            adaptive.grow(now, hungry=False)  # nobody queued: the rate is not what binds
         if requests is not None:
             requests.refill(now)
             if requests.wait(1.0, now) > 0:
@@ -319,13 +450,16 @@ class RateGovernor:
                 return False
         return True
 
-    def _admit(self, tokens: int) -> None:
+    def _admit(self, tokens: int, now: float) -> None:
         if self._requests is not None:
             self._requests.level -= 1.0
         if self._tokens is not None:
             self._tokens.level -= tokens
+        if self._adaptive is not None:
+            self._adaptive.admitted(now)
         self._in_flight += 1
         self._tokens_reserved += tokens
+        self._tokens_admitted += tokens
         self._requests_sent += 1
 
     def _arm(self, now: float, wait: float) -> None:
@@ -347,9 +481,16 @@ class RateGovernor:
 
     def statistics(self) -> GovernorStatistics:
         now = self._clock()
+        adaptive = self._adaptive
+        rpm = self._rpm
+        if adaptive is not None and adaptive.rate is not None:
+            rpm = adaptive.rate * 60.0  # grown since it was put in force
         return GovernorStatistics(
-            rpm=self._rpm,
+            rpm=rpm,
             tpm=self._tpm,
+            rpm_source=self._rpm_source,
+            tpm_source=self._tpm_source,
+            budget_source=self._rpm_source if self._rpm_source != "none" else self._tpm_source,
             max_concurrency=self._max_concurrency,
             in_flight=self._in_flight,
             waiting=self._waiting,

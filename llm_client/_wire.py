@@ -18,6 +18,7 @@ __all__ = [
     "Usage",
     "estimate_tokens",
     "message_text",
+    "responses_messages",
 ]
 
 
@@ -119,3 +120,26 @@ def estimate_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
         text = message_text(message.get("content"))
         total += 4 + (len(text) + 3) // 4
     return total
+
+
+def responses_messages(input: Any, instructions: Any = None) -> list[dict[str, Any]]:
+    """A Responses API request's ``instructions`` and ``input`` as chat messages.
+
+    ``input`` is a string (one user message) or a list of items: messages with a
+    ``role`` and a string or a list of typed parts, and other items (tool outputs)
+    whose ``output`` counts as text. The simulator answers from these messages and the
+    client estimates their tokens by the same rule, so the two agree.
+    """
+    messages: list[dict[str, Any]] = []
+    if isinstance(instructions, str) and instructions:
+        messages.append({"role": "system", "content": instructions})
+    if isinstance(input, str):
+        messages.append({"role": "user", "content": input})
+    elif isinstance(input, Sequence):
+        for item in input:
+            if not isinstance(item, Mapping):
+                continue
+            content = item.get("content", item.get("output", ""))
+            role = item.get("role")
+            messages.append({"role": role if isinstance(role, str) else "user", "content": content})
+    return messages

@@ -93,6 +93,7 @@ _SIMULATED_MODEL_FIELDS: dict[str, type[float] | type[int]] = {
     "latency_ms": float,
     "jitter_ms": float,
     "noise": float,
+    "flip_rate": float,
     "reasoning_tokens": int,
 }
 
@@ -249,8 +250,9 @@ def _add_simulator_argument(parser: Any) -> None:
     parser.add_argument(
         "--simulator",
         metavar="CONFIG",
-        help="serve every model from a local simulator on 127.0.0.1 (a JSON SimulatorConfig); "
-        "no key, no network",
+        help="serve every model from a local simulator on 127.0.0.1 (a JSON SimulatorConfig), "
+        "and every model call the program or metric makes with its own SDK (openai, litellm, "
+        "dspy), whatever base URL it names; no key, no network",
     )
 
 
@@ -601,8 +603,7 @@ def _run_models(args: argparse.Namespace) -> tuple[ModelRequest, ...]:
         for dest in _RUN_MODEL_ONLY:
             if getattr(args, dest) is not None:
                 raise ConfigError(f"needs a model: {_NEEDS_A_MODEL}", option=dest)
-        if args.simulator is not None:
-            raise ConfigError(f"serves models: {_NEEDS_A_MODEL}", option="simulator")
+        # --simulator alone serves the program's and metric's own SDK calls.
         return ()
     program_url = _url(args.base_url, "base_url")
     reflection_url = _url(args.reflection_base_url, "reflection_base_url") or program_url
@@ -824,10 +825,17 @@ class SimulatorOptions:
             action="append",
             type=simulated_model,
             default=[],
-            metavar="NAME[:latency_ms=..,jitter_ms=..,noise=..,reasoning_tokens=..]",
+            metavar="NAME[:latency_ms=..,jitter_ms=..,noise=..,flip_rate=..,reasoning_tokens=..]",
             help="serve this model (repeatable); when given, other model names get 404",
         )
         p.add_argument("--api-key", default=None, help="require this bearer key (default: none)")
+        p.add_argument(
+            "--no-rate-limit-headers",
+            dest="rate_limit_headers",
+            action="store_false",
+            help="answer 429s bare and send no x-ratelimit-* headers (a server that gives "
+            "no hints, to measure a client's adaptation)",
+        )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Self:
@@ -850,6 +858,7 @@ class SimulatorOptions:
             pass_rate=args.pass_rate,
             models={name: ModelSettings(**kw) for name, kw in args.models},
             api_key=args.api_key,
+            rate_limit_headers=args.rate_limit_headers,
             **faults,
         )
         return cls(config=config)

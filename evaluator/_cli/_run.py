@@ -200,7 +200,7 @@ async def _main(
             execution=options.execution,
             program_execution=options.program_execution,
             ray_address=options.ray_address,
-            models=_models(configs),
+            models=_models(configs, serving.simulator_url),
         ) as ev,
     ):
         plan.builder.failure_score = ev.failure_score
@@ -235,13 +235,15 @@ async def _main(
     return EXIT_OK if ending.write_error is None and page_ok else EXIT_FAILED
 
 
-def _models(configs: dict[str, ModelConfig]) -> Models | None:
-    if not configs:
+def _models(configs: dict[str, ModelConfig], simulator_url: str | None) -> Models | None:
+    """The run's models; with --simulator, the simulator serves SDK calls as well."""
+    if not configs and simulator_url is None:
         return None
     return Models(
         program=configs.get("program"),
         metric=configs.get("metric"),
         reflection=configs.get("reflection"),
+        sdk_base_url=simulator_url,
     )
 
 

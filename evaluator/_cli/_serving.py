@@ -32,10 +32,12 @@ class Serving:
     as long as it is entered.
     """
 
-    __slots__ = ("configs", "simulator")
+    __slots__ = ("configs", "simulator", "simulator_url")
 
     def __init__(self, options: ServingOptions) -> None:
         self.simulator: SimulatorConfig | None = options.simulator
+        #: The running simulator's base URL (inside :meth:`open`): SDK calls go there too.
+        self.simulator_url: str | None = None
         # The simulator takes no key; its base URL is known once it listens.
         key_env = None if self.simulator is not None else options.api_key_env
         self.configs: dict[str, ModelConfig] = {
@@ -47,8 +49,9 @@ class Serving:
     @asynccontextmanager
     async def open(self) -> AsyncIterator[dict[str, ModelConfig]]:
         """The configs, each pointed at the simulator when there is one (started here,
-        stopped on the way out)."""
-        if self.simulator is None or not self.configs:
+        stopped on the way out; it serves the user's own SDK calls too, so it starts even
+        when no model is configured)."""
+        if self.simulator is None:
             yield dict(self.configs)
             return
         import msgspec
@@ -56,10 +59,14 @@ class Serving:
         from llm_client import Simulator
 
         async with Simulator(self.simulator) as sim:
-            yield {
-                role: msgspec.structs.replace(config, base_url=sim.base_url)
-                for role, config in self.configs.items()
-            }
+            self.simulator_url = sim.base_url
+            try:
+                yield {
+                    role: msgspec.structs.replace(config, base_url=sim.base_url)
+                    for role, config in self.configs.items()
+                }
+            finally:
+                self.simulator_url = None
 
 
 def _config(request: ModelRequest, key_env: str | None, options: ServingOptions) -> ModelConfig:

@@ -294,6 +294,8 @@ class Evaluator:
             program = None
             if self.program is not None:
                 program = await stack.enter_async_context(self._open("run", router))
+            # SDK hook: closed first, so that no thread waits on a routed call at close.
+            stack.push_async_callback(router.close_gateway)
         except BaseException:
             self._state = "closed"
             await shielded(stack.aclose())
@@ -304,15 +306,15 @@ class Evaluator:
         return self
 
     def _open(self, stage: Stage, router: ModelRouter) -> Executor:
-        """The (unopened) executor of ``stage``, with the model handler if it has a model."""
+        """The (unopened) executor of ``stage``, with the router's model port."""
         if stage == "score":
             fn, choice, timeout = self.metric, self.metric_choice, self.timeout
-            has_model = router.has_judge_model
         else:
             assert self.program is not None and self.program_choice is not None
             fn, choice, timeout = self.program, self.program_choice, self.program_timeout
-            has_model = router.has_program_model
-        handler: LLMHandler | None = router.handler if has_model else None
+        # SDK hook: every call gets the router's port (skynet.llm when the stage has a
+        # model, and the user's own SDK calls, routed: evaluator/_sdk/).
+        handler: LLMHandler | None = router.port
         options = ExecutorOptions(
             timeout=timeout,
             workers=self.workers,

@@ -30,13 +30,20 @@ FAULT_KINDS = (
 class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One served model: its latency (None: the simulator's), verdict noise, reasoning.
 
+    ``noise`` flips a verdict by a stable hash of (model, prompt): the model is wrong on
+    the same examples every time, a bias. ``flip_rate`` flips a verdict by a draw from the
+    simulator's seeded generator on each request: sampling noise, so the same prompt asked
+    twice may get two verdicts (a judge that disagrees with itself), yet a seed replays a
+    run sent in the same order.
+
     Unknown fields are refused (in a JSON config too): a misspelt ``latency`` would
     otherwise leave the model at the default latency without a word.
     """
 
     latency_ms: float | None = None
     jitter_ms: float | None = None
-    noise: float = 0.0  # probability that a judge verdict is flipped
+    noise: float = 0.0  # probability that a judge verdict is flipped, per prompt
+    flip_rate: float = 0.0  # probability that a judge verdict is flipped, per request
     reasoning_tokens: int = 0  # added to completion tokens and reported as reasoning
 
     def __post_init__(self) -> None:
@@ -46,12 +53,12 @@ class ModelSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
                 raise ModelConfigError(
                     f"`{name}` must be zero or more, got {value!r}", field=name, value=value
                 )
-        if not 0.0 <= self.noise <= 1.0:
-            raise ModelConfigError(
-                f"`noise` must be between 0 and 1, got {self.noise!r}",
-                field="noise",
-                value=self.noise,
-            )
+        for name in ("noise", "flip_rate"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ModelConfigError(
+                    f"`{name}` must be between 0 and 1, got {value!r}", field=name, value=value
+                )
         if self.reasoning_tokens < 0:
             raise ModelConfigError(
                 f"`reasoning_tokens` must be zero or more, got {self.reasoning_tokens!r}",
@@ -68,6 +75,11 @@ class SimulatorConfig(msgspec.Struct, frozen=True, kw_only=True):
     ``models`` maps a model name to its settings (a :class:`ModelSettings`, or a dict of
     its fields, converted and checked here); when it is not empty, other model names get
     404. ``api_key`` (None: none) is required as a Bearer token when set.
+
+    ``rate_limit_headers`` (default on) sends OpenAI-style ``x-ratelimit-*`` headers on
+    every reply while a limit is configured, and ``retry-after``/``retry-after-ms`` on its
+    429s; off, a 429 is bare (no hint at all), as some servers and proxies answer, so that
+    a client's adaptation without headers can be measured.
     """
 
     host: str = "127.0.0.1"
@@ -89,6 +101,7 @@ class SimulatorConfig(msgspec.Struct, frozen=True, kw_only=True):
     pass_rate: float = 0.5
     models: dict[str, ModelSettings] = {}
     api_key: str | None = None
+    rate_limit_headers: bool = True
     cache_system_prompts: bool = True
     max_history: int = 1_000_000  # arrival times kept for peak_requests()
     max_body_bytes: int = 4 * 1024 * 1024
@@ -180,7 +193,7 @@ def _model_settings(name: object, settings: object) -> ModelSettings:
     except msgspec.ValidationError as exc:
         raise ModelConfigError(
             f"`{field}`: {exc} (give a ModelSettings, or a dict of its fields: "
-            "latency_ms, jitter_ms, noise, reasoning_tokens)",
+            "latency_ms, jitter_ms, noise, flip_rate, reasoning_tokens)",
             field=field,
             value=settings,
         ) from None

@@ -76,6 +76,8 @@ class RateLimits:
 
     def __init__(self, rpm: float | None, tpm: float | None, window_s: float) -> None:
         self.enabled = rpm is not None or tpm is not None
+        self._rpm = rpm
+        self._tpm = tpm
         self._window = Window(window_s)
         # Per window, computed as the limits were always computed (a float rounding away
         # from rpm * window_s / 60 would move the floor by one request).
@@ -116,13 +118,18 @@ class RateLimits:
         return None
 
     def headers(self, now: float) -> str:
-        """The ``x-ratelimit-*`` header lines (each ending in CRLF) for the current window."""
+        """The ``x-ratelimit-*`` header lines (each ending in CRLF) for the current window.
+
+        As OpenAI writes them: ``limit`` is the rate per minute (what a client paces to);
+        ``remaining`` what is left in the current window, ``reset`` when one more fits.
+        """
         window = self._window
         lines = ""
         if self._requests is not None:
             limit = self._requests
+            assert self._rpm is not None
             lines += (
-                f"x-ratelimit-limit-requests: {math.floor(limit)}\r\n"
+                f"x-ratelimit-limit-requests: {math.floor(self._rpm)}\r\n"
                 f"x-ratelimit-remaining-requests: "
                 f"{max(0, math.floor(limit) - len(window.entries))}\r\n"
                 f"x-ratelimit-reset-requests: "
@@ -130,8 +137,9 @@ class RateLimits:
             )
         if self._tokens is not None:
             limit = self._tokens
+            assert self._tpm is not None
             lines += (
-                f"x-ratelimit-limit-tokens: {math.floor(limit)}\r\n"
+                f"x-ratelimit-limit-tokens: {math.floor(self._tpm)}\r\n"
                 f"x-ratelimit-remaining-tokens: {max(0, math.floor(limit - window.tokens))}\r\n"
                 f"x-ratelimit-reset-tokens: {reset_text(window.wait_for_tokens(now, limit, 1))}\r\n"
             )

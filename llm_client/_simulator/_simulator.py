@@ -38,9 +38,13 @@ from ._replies import (
     Reply,
     SystemPromptCache,
     chat_decoder,
+    chunk_stream,
     completion_body,
     compose,
     error_body,
+    responses_body,
+    responses_decoder,
+    responses_stream,
 )
 from ._server import JSON, TEXT, HttpConnection, HttpRequest, HttpServer
 
@@ -50,8 +54,9 @@ __all__ = ["Simulator", "SimulatorStatistics"]
 class SimulatorStatistics(msgspec.Struct, frozen=True, kw_only=True):
     """What the simulator saw."""
 
-    requests: int  # chat completion requests received
+    requests: int  # chat completion and Responses API requests received
     served: int  # answered 200 with a well-formed reply
+    streamed: int  # of those served, answered as an event stream
     rate_limited: int  # 429s sent by the rpm/tpm limiter
     faults: dict[str, int]  # injected faults by kind (see FAULT_KINDS)
     client_errors: int  # 400/401/404 for bad requests
@@ -65,15 +70,19 @@ _DEFAULT_SETTINGS = ModelSettings()
 _encoder = msgspec.json.Encoder()
 _ALLOW_POST = TEXT + b"Allow: POST\r\n"
 _ALLOW_GET = TEXT + b"Allow: GET\r\n"
+_SSE = b"Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+#: The model endpoints: path -> what the request is.
+_ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/responses": "responses"}
 _MAX_SCRIPTED_LATENCY_MS = 600_000.0
 
 
 class _Accepted:
     """A request past parse and admission: what it asked, for which model, and its reply."""
 
-    __slots__ = ("body", "reply", "settings")
+    __slots__ = ("body", "kind", "reply", "settings")
 
-    def __init__(self, body: ChatBody, settings: ModelSettings, reply: Reply) -> None:
+    def __init__(self, kind: str, body: ChatBody, settings: ModelSettings, reply: Reply) -> None:
+        self.kind = kind  # "chat" or "responses"
         self.body = body
         self.settings = settings
         self.reply = reply
@@ -96,6 +105,7 @@ class Simulator:
         self._accepted: deque[float] = deque(maxlen=self.config.max_history)
         self._requests = 0
         self._served = 0
+        self._streamed = 0
         self._rate_limited = 0
         self._client_errors = 0
         self._faults = dict.fromkeys(FAULT_KINDS, 0)
@@ -182,6 +192,7 @@ class Simulator:
         return SimulatorStatistics(
             requests=self._requests,
             served=self._served,
+            streamed=self._streamed,
             rate_limited=self._rate_limited,
             faults=dict(self._faults),
             client_errors=self._client_errors,
@@ -212,11 +223,12 @@ class Simulator:
 
     def _route(self, conn: HttpConnection, request: HttpRequest) -> None:
         path, method = request.path, request.method
-        if path == "/v1/chat/completions":
+        kind = _ENDPOINTS.get(path)
+        if kind is not None:
             if method != "POST":
                 conn.send(405, b"405: Method Not Allowed", _ALLOW_POST)
             else:
-                self._chat(conn, request)  # a body too large: counted, key checked, 413
+                self._chat(conn, request, kind)  # a body too large: counted, key checked, 413
             return
         if path == "/v1/models" or path == "/sim/statistics":
             if method != "GET":
@@ -261,7 +273,7 @@ class Simulator:
 
     # -- one chat request ----------------------------------------------------------------
 
-    def _chat(self, conn: HttpConnection, request: HttpRequest) -> None:
+    def _chat(self, conn: HttpConnection, request: HttpRequest, kind: str) -> None:
         assert self._loop is not None
         now = self._loop.time()
         with self._lock:
@@ -272,14 +284,14 @@ class Simulator:
             self._peak_in_flight = self._in_flight
         # However the request ends (answered, dropped, client gone, server closed).
         conn.on_done = self._chat_done
-        self._answer(conn, request)
+        self._answer(conn, request, kind)
 
     def _chat_done(self) -> None:
         self._in_flight -= 1
 
-    def _answer(self, conn: HttpConnection, request: HttpRequest) -> None:
+    def _answer(self, conn: HttpConnection, request: HttpRequest, kind: str) -> None:
         """The stages of one request (see the module docstring); each may answer and stop."""
-        accepted = self._parse(conn, request)
+        accepted = self._parse(conn, request, kind)
         if accepted is None or not self._admit(conn, accepted.reply.tokens):
             return
         fault = self._fault_draw.draw()
@@ -287,11 +299,14 @@ class Simulator:
             self._faults[fault] += 1
             error = ERROR_FAULTS.get(fault)
             if error is not None:
-                self._error(conn, *error)
+                status, message, kind_, code, headers = error
+                if not self.config.rate_limit_headers:
+                    headers = JSON  # a bare 429: no retry-after either
+                self._error(conn, status, message, kind_, code, headers)
                 return
         self._reply(conn, accepted, fault)
 
-    def _parse(self, conn: HttpConnection, request: HttpRequest) -> _Accepted | None:
+    def _parse(self, conn: HttpConnection, request: HttpRequest, kind: str) -> _Accepted | None:
         """The key, the body and the model; None when it answered a bad request."""
         cfg = self.config
         if cfg.api_key is not None:
@@ -308,7 +323,10 @@ class Simulator:
             conn.send(413, limit.encode(), TEXT)
             return None
         try:
-            body = chat_decoder.decode(request.body)
+            if kind == "chat":
+                body = chat_decoder.decode(request.body)
+            else:
+                body = responses_decoder.decode(request.body).as_chat()
         except (msgspec.DecodeError, ValueError) as exc:
             self._bad_request(conn, 400, f"invalid request body: {exc}", None)
             return None
@@ -319,10 +337,14 @@ class Simulator:
             self._bad_request(conn, 404, message, "model_not_found")
             return None
         if not body.messages:
-            self._bad_request(conn, 400, "`messages` must not be empty", None)
+            what = "`messages`" if kind == "chat" else "`input`"
+            self._bad_request(conn, 400, f"{what} must not be empty", None)
             return None
         settings = settings or _DEFAULT_SETTINGS
-        return _Accepted(body, settings, compose(body, settings, pass_rate=cfg.pass_rate))
+        # Drawn only for a model that asks, so other configs keep their fault sequence.
+        flip = settings.flip_rate > 0 and self._rng.random() < settings.flip_rate
+        reply = compose(body, settings, pass_rate=cfg.pass_rate, flip=flip)
+        return _Accepted(kind, body, settings, reply)
 
     def _bad_request(
         self, conn: HttpConnection, status: int, message: str, code: str | None
@@ -342,6 +364,9 @@ class Simulator:
         self._rate_limited += 1
         if refusal.wait is None:  # larger than the whole budget: no wait helps
             self._error(conn, 429, refusal.message, "tokens", "rate_limit_exceeded")
+            return False
+        if not self.config.rate_limit_headers:
+            self._error(conn, 429, refusal.message, "requests", "rate_limit_exceeded")
             return False
         headers = self._limits.retry_headers(now, refusal.wait)
         self._error(
@@ -384,10 +409,29 @@ class Simulator:
         self._served += 1
         self._prompt_tokens += reply.prompt_tokens
         self._completion_tokens += reply.completion_tokens
-        body = completion_body(accepted.body.model, reply, number=self._served, cached=cached)
-        if not self._limits.enabled:
-            conn.send(200, body)
+        body, content_type = self._body(accepted, cached)
+        if not self._limits.enabled or not self.config.rate_limit_headers:
+            conn.send(200, body, content_type)
             return
         assert self._loop is not None
         headers = self._limits.headers(self._loop.time())
-        conn.send(200, body, JSON + headers.encode("latin-1"))
+        conn.send(200, body, content_type + headers.encode("latin-1"))
+
+    def _body(self, accepted: _Accepted, cached: int) -> tuple[bytes, bytes]:
+        """The reply in the shape asked for, and its content-type header line."""
+        request, reply, number = accepted.body, accepted.reply, self._served
+        model = request.model
+        if request.stream:
+            self._streamed += 1
+        if accepted.kind == "responses":
+            if request.stream:
+                return responses_stream(model, reply, number=number, cached=cached), _SSE
+            return responses_body(model, reply, number=number, cached=cached), JSON
+        if request.stream:
+            options = request.stream_options
+            include_usage = options is not None and options.include_usage
+            stream = chunk_stream(
+                model, reply, number=number, cached=cached, include_usage=include_usage
+            )
+            return stream, _SSE
+        return completion_body(model, reply, number=number, cached=cached), JSON

@@ -254,3 +254,114 @@ class TestRateGovernor:
         governor.release(permit, None)
         assert governor._tokens.level == pytest.approx(0.0)
         assert governor.statistics().tokens_reserved == 0
+
+
+def _limited(limit: int, remaining: int) -> HTTPResponse:
+    body = {
+        "choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+    }
+    headers = {
+        "x-ratelimit-limit-requests": str(limit),
+        "x-ratelimit-remaining-requests": str(remaining),
+    }
+    return HTTPResponse(200, headers, msgspec.json.encode(body))
+
+
+class TestLearnedBudget:
+    @pytest.mark.slow
+    async def test_limit_learned_from_headers_and_kept(self, make_sim: Any) -> None:
+        """With no rpm configured the governor paces to the limit the simulator's headers
+        state: no 429, never more than the window allows, and the budget used (~2.5 s)."""
+        async with (
+            make_sim(rpm=6000, window_s=1.5) as sim,  # 150 a window
+            ModelClient(config(sim, max_concurrency=8)) as client,
+        ):
+            started = time.perf_counter()
+            await asyncio.gather(*(client.complete(user(f"q{i}")) for i in range(250)))
+            elapsed = time.perf_counter() - started
+            stats = client.statistics()
+        assert (stats.rpm, stats.rpm_source) == (6000, "learned from headers")
+        assert stats.tpm_source == "none" and stats.rate_limited == 0
+        assert sim.statistics().rate_limited == 0
+        assert sim.peak_requests(1.5) <= 150
+        # paced at 98 a second after the first 8: about 2.5 s, not the 0.3 s of no pacing
+        assert elapsed >= (250 - 8) / 100
+
+    async def test_configured_limit_wins_over_headers(self, make_sim: Any) -> None:
+        """A configured rpm stays in force whatever the headers say."""
+        async with (
+            make_sim(rpm=1200, window_s=60.0) as sim,
+            ModelClient(config(sim, rpm=300)) as client,
+        ):
+            await client.complete(user("x"))
+            stats = client.statistics()
+        assert (stats.rpm, stats.rpm_source) == (300, "configured")
+
+    async def test_anthropic_headers_learned(self) -> None:
+        """anthropic-ratelimit-* headers set the request and token budgets."""
+        headers = {
+            "anthropic-ratelimit-requests-limit": "50",
+            "anthropic-ratelimit-tokens-limit": "40000",
+        }
+        reply = _ok(3)
+        transport = MockTransport(lambda r: HTTPResponse(200, headers, reply.body))
+        cfg = ModelConfig(model="m", api_key_env=None)
+        async with ModelClient(cfg, transport=transport) as client:
+            await client.complete(user("x"))
+            stats = client.statistics()
+        assert (stats.rpm, stats.rpm_source) == (50, "learned from headers")
+        assert (stats.tpm, stats.tpm_source) == (40000, "learned from headers")
+
+    async def test_what_went_out_before_learning_is_paid_back(self) -> None:
+        """Five requests sent before the limit was known, which the headers say were used:
+        the request budget starts that far in debt (less the burst of two)."""
+        arrived = 0
+        all_in = asyncio.Event()
+
+        async def handler(request: HTTPRequest) -> HTTPResponse:
+            nonlocal arrived
+            arrived += 1
+            if arrived == 5:
+                all_in.set()
+            await all_in.wait()  # all five are out before any reply
+            return _limited(600, 595)
+
+        transport = MockTransport(handler)
+        cfg = ModelConfig(model="m", api_key_env=None, max_concurrency=5, rate_margin=0.0)
+        async with ModelClient(cfg, transport=transport) as client:
+            await asyncio.gather(*(client.complete(user(f"{i}")) for i in range(5)))
+            governor = client._governor
+            assert governor is not None and governor._requests is not None
+            level = governor._requests.level
+        # 2 - 5 at the first reply, refilled at 10 a second for the instants since.
+        assert -3.0 <= level < -2.0
+
+    async def test_hinted_429s_do_not_start_aimd(self, make_sim: Any) -> None:
+        """Injected 429s that carry retry-after pause the callers but set no adaptive
+        rate: the server said when to come back."""
+        async with (
+            make_sim(rate_limit_rate=0.3, seed=5) as sim,
+            ModelClient(config(sim, max_retries=10)) as client,
+        ):
+            await asyncio.gather(*(client.complete(user(f"q{i}")) for i in range(20)))
+            stats = client.statistics()
+        assert stats.rate_limited > 0
+        assert (stats.rpm, stats.rpm_source) == (None, "none")
+
+    @pytest.mark.slow
+    async def test_bare_429s_adapt_and_every_call_ends_well(self, make_sim: Any) -> None:
+        """A server enforcing 3000 RPM over 1 s windows with no hints at all: the rate
+        adapts, every call gets its reply, and refusals stay a small share (~6 s)."""
+        config_ = {"rpm": 3000, "window_s": 1.0, "rate_limit_headers": False, "latency_ms": 20}
+        async with (
+            make_sim(**config_) as sim,
+            ModelClient(config(sim, max_concurrency=16)) as client,
+        ):
+            replies = await asyncio.gather(*(client.complete(user(f"q{i}")) for i in range(250)))
+            stats = client.statistics()
+        assert len(replies) == 250
+        assert stats.rpm_source == "adaptive (429s)" and stats.rpm is not None
+        seen = sim.statistics()
+        assert seen.served == 250
+        assert seen.rate_limited <= 0.1 * seen.requests, seen

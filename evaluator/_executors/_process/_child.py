@@ -380,10 +380,11 @@ class _Worker:
         flushed = 0
         last = clock()
         size = len(rows)
-        bridge: LLMBridge | None = None
+        # One bridge for the worker, its token set call after call (as its context is).
+        bridge = RelayBridge(channel, 0, stage) if self.has_llm else None
         for index, row in enumerate(rows):
-            if self.has_llm:
-                bridge = RelayBridge(channel, row[0], stage)
+            if bridge is not None and type(row) is tuple:  # not an _Unreadable row
+                bridge.token = row[0]
             state[INDEX] = index
             state[START] = started = clock()
             try:
@@ -431,5 +432,11 @@ def main() -> None:
         # A relayed model error arrives pickled, as the model client's own exception:
         # import its class now, not inside the timed call that receives it.
         import llm_client._exceptions  # noqa: F401
+
+        # The SDK hook: route the user's own SDK calls through the relay, and see
+        # connections that go around it (evaluator/_sdk/).
+        from ..._sdk._worker import boot
+
+        boot()
     channel.send(control(READY, os.getpid()))
     _Worker(channel, memoryview(state_map).cast("q"), init).serve(fn)

@@ -53,7 +53,7 @@ from ..._options import validate_count
 from .._base import ExecutionKind, ExecutorStatistics, check_executor, check_workers
 from ._pool import Pool, Worker, WorkerExit
 from ._queue import Batch, Job, Segment, WorkQueue
-from ._relay import answer
+from ._relay import answer, answer_forward, note_bypass
 from ._wire import (
     BATCH,
     BATCH_ROWS,
@@ -62,6 +62,8 @@ from ._wire import (
     LLM,
     PICKLE_PROTOCOL,
     RESULT_HEADER,
+    SDK,
+    SDK_NOTE,
     UNREADABLE,
     ResultMsg,
     call_row,
@@ -315,9 +317,14 @@ class ProcessExecutor:
             self._dispatch()
 
     def on_control(self, w: Worker, message: tuple[Any, ...]) -> None:
-        if message[0] == LLM:
+        tag = message[0]
+        if tag == LLM:
             self._pool.start_task(self._relay(w, *message[1:]), owner=w)
-        elif message[0] == UNREADABLE and w.batches:
+        elif tag == SDK:  # the SDK hook: a routed SDK call, relayed
+            self._pool.start_task(self._relay_forward(w, *message[1:]), owner=w)
+        elif tag == SDK_NOTE:  # before the call's result, on the same socket
+            note_bypass(self._llm_handler, *message[1:])
+        elif tag == UNREADABLE and w.batches:
             self._resend_rows(w, w.batches[0])
 
     def _resend_rows(self, w: Worker, batch: Batch) -> None:
@@ -331,6 +338,11 @@ class ProcessExecutor:
 
     async def _relay(self, w: Worker, request: int, *call: Any) -> None:
         reply = await answer(self._llm_handler, request, *call)
+        if not w.closed:
+            w.send(reply)
+
+    async def _relay_forward(self, w: Worker, request: int, *call: Any) -> None:
+        reply = await answer_forward(self._llm_handler, request, *call)
         if not w.closed:
             w.send(reply)
 

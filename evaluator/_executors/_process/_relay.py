@@ -12,6 +12,13 @@ engine's own exceptions pickle themselves whole (``__reduce__``), so the worker 
 the same error, with its status and counts, and the call is labelled as it would be in
 the engine's process (``llm_error`` for an ``LLMError``). An exception that cannot cross
 becomes a ``RuntimeError`` carrying its text.
+
+The user's own SDK calls take the same road (the SDK hook, ``evaluator/_sdk/``):
+:meth:`RelayBridge.forward` sends ``(SDK, request, token, stage, sdk_request)`` and
+blocks until ``SDK_REPLY`` brings the provider's reply (``llm_client.Forwarded``);
+:func:`answer_forward` serves it in the engine. :meth:`RelayBridge.note_bypass` sends
+``(SDK_NOTE, token, stage, what)``, ahead of the call's result on the same socket, so the
+engine marks the example unmeasured before it builds its observation.
 """
 
 from __future__ import annotations
@@ -24,9 +31,10 @@ from typing import Any, Protocol
 
 from ..._calls import LLMHandler
 from ..._context import Stage
-from ._wire import LLM, LLM_REPLY, PICKLE_PROTOCOL, control
+from ..._sdk._request import SDKRequest
+from ._wire import LLM, LLM_REPLY, PICKLE_PROTOCOL, SDK, SDK_NOTE, SDK_REPLY, control
 
-__all__ = ["Link", "RelayBridge", "answer", "rebuild_error"]
+__all__ = ["Link", "RelayBridge", "answer", "answer_forward", "note_bypass", "rebuild_error"]
 
 
 async def answer(
@@ -46,6 +54,27 @@ async def answer(
     except Exception as exc:
         return control(LLM_REPLY, request, False, _error_payload(exc))
     return control(LLM_REPLY, request, True, text)
+
+
+async def answer_forward(
+    handler: LLMHandler | None, request: int, token: int, stage: Stage, sdk_request: SDKRequest
+) -> bytes:
+    """In the engine: the reply to one relayed SDK call (the SDK hook)."""
+    try:
+        forward = getattr(handler, "forward", None)
+        if forward is None:
+            raise RuntimeError("this executor routes no SDK calls")
+        reply = await forward(token, stage, sdk_request)
+    except Exception as exc:
+        return control(SDK_REPLY, request, False, _error_payload(exc))
+    return control(SDK_REPLY, request, True, reply)
+
+
+def note_bypass(handler: LLMHandler | None, token: int, stage: Stage, what: str) -> None:
+    """In the engine: a worker's call reached the network around the metered paths."""
+    note = getattr(handler, "note_bypass", None)
+    if note is not None:
+        note(token, stage, what)
 
 
 def _error_payload(exc: Exception) -> tuple[bytes | None, str]:
@@ -81,33 +110,52 @@ _requests = itertools.count(1)
 
 
 class RelayBridge:
-    """``skynet.llm`` inside a worker (an :class:`evaluator._context.LLMBridge`)."""
+    """``skynet.llm`` inside a worker (an :class:`evaluator._context.LLMBridge`).
 
-    __slots__ = ("_link", "_stage", "_token")
+    ``token`` is the call's; a worker may keep one bridge and set it call after call.
+    """
+
+    __slots__ = ("_link", "_stage", "token")
 
     def __init__(self, link: Link, token: int, stage: Stage) -> None:
         self._link = link
-        self._token = token
+        self.token = token
         self._stage: Stage = stage
 
-    def call(self, instruction: str, input: str | None, options: dict[str, Any]) -> str:
+    def _round_trip(self, reply_tag: str, tag: str, *fields: Any) -> Any:
+        """Send ``(tag, request, token, stage, *fields)``; block until its reply."""
         link = self._link
         request = next(_requests)
-        link.send(control(LLM, request, self._token, self._stage, instruction, input, options))
+        link.send(control(tag, request, self.token, self._stage, *fields))
         held: list[Any] = []
         try:
             while True:
                 message = link.recv()
-                if message[0] == LLM_REPLY and message[1] == request:
+                if message[0] == reply_tag and message[1] == request:
                     break
                 held.append(message)  # a prefetched batch or a stop: keep it for later
         finally:
             link.backlog.extend(held)
         _, _, ok, payload = message
         if ok:
-            return str(payload)
+            return payload
         raise rebuild_error(payload)
+
+    def call(self, instruction: str, input: str | None, options: dict[str, Any]) -> str:
+        return str(self._round_trip(LLM_REPLY, LLM, instruction, input, options))
 
     async def acall(self, instruction: str, input: str | None, options: dict[str, Any]) -> str:
         # Workers run only sync functions; an awaitable form that blocks is still correct.
         return self.call(instruction, input, options)
+
+    # -- the SDK hook ---------------------------------------------------------------------
+
+    def forward(self, request: SDKRequest) -> Any:
+        """A routed SDK call: relayed to the engine, the reply (a ``Forwarded``) back."""
+        return self._round_trip(SDK_REPLY, SDK, request)
+
+    async def aforward(self, request: SDKRequest) -> Any:
+        return self.forward(request)  # blocks, as acall does
+
+    def note_bypass(self, what: str) -> None:
+        self._link.send(control(SDK_NOTE, self.token, self._stage, what))

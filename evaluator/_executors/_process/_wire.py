@@ -11,9 +11,11 @@ Frames, both directions, over one Unix socket: ``<length:u64><kind:u8>`` then th
   value the engine cannot unpickle still fails only its own calls.
 
 Engine to worker: the :class:`WorkerInit`, then ``(BATCH, seq, rows)`` (each call as the
-tuple of its fields, :func:`call_row`), ``(LLM_REPLY, request, ok, payload)`` and
-``(STOP,)``. Worker to engine: ``(READY, pid)``, ``(FATAL, message)``, ``(LLM, request,
-token, stage, instruction, input, options)`` and results.
+tuple of its fields, :func:`call_row`), ``(LLM_REPLY, request, ok, payload)``,
+``(SDK_REPLY, request, ok, payload)`` and ``(STOP,)``. Worker to engine: ``(READY, pid)``,
+``(FATAL, message)``, ``(LLM, request, token, stage, instruction, input, options)``,
+``(SDK, request, token, stage, sdk_request)`` (a routed SDK call), ``(SDK_NOTE, token,
+stage, what)`` (traffic around the metered paths) and results.
 
 A batch the worker cannot unpickle (a value of a class it cannot import, a
 ``__setstate__`` that raises there) is answered ``(UNREADABLE, why)``; the engine sends
@@ -58,6 +60,9 @@ __all__ = [
     "PICKLE_PROTOCOL",
     "READY",
     "RESULT_HEADER",
+    "SDK",
+    "SDK_NOTE",
+    "SDK_REPLY",
     "SEQ",
     "START",
     "STATE_SLOTS",
@@ -88,6 +93,10 @@ STOP = "stop"
 READY = "ready"
 FATAL = "fatal"
 LLM = "llm"
+# The SDK hook: a routed SDK call and its reply; traffic around the metered paths.
+SDK = "sdk"
+SDK_REPLY = "sdk_reply"
+SDK_NOTE = "sdk_note"
 
 # Slots of the shared state array (int64 each).
 SEQ, INDEX, START = 0, 1, 2

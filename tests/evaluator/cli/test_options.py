@@ -110,7 +110,6 @@ CASES = [
     ([*RUN, "--price-output", "1"], "--price-output needs a model"),
     ([*RUN, "--model", "m", "--price-input", "-1"], "--price-input must be zero or more, got -1"),
     ([*RUN, "--model", "m", "--price-output", "inf"], "--price-output must be zero or more, got inf"),
-    ([*RUN, "--simulator", str(JUDGES / "simulator.json")], "--simulator serves models: add --model"),
     ([*RUN, "--model", "m", "--simulator", "nope.json"], "--simulator: no such file 'nope.json'"),
     ([*RUN, "--model", "m", "--simulator", "{broken}"], "--simulator {broken}: "),
     # judges

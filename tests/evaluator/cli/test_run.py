@@ -78,6 +78,30 @@ class TestRun:
         assert report["n"] == 30 and report["ok"] == 30
         assert report["mean_score"] == pytest.approx(0.6)
 
+    def test_readme_command_on_the_openai_example(
+        self, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The README's own-SDK command: the openai client's calls are served by the
+        simulator and metered, the program's cost measured."""
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-simulated")
+        example = ROOT / "examples" / "openai"
+        code = main(
+            [
+                "run",
+                "--program", str(example / "program.py"),
+                "--metric", str(example / "metric.py"),
+                "--artifact", str(example / "prompt.txt"),
+                "--data", str(example / "data.jsonl"),
+                "--simulator", str(example / "simulator.json"),
+                "--json",
+            ]
+        )  # fmt: skip
+        assert code == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["n"] == report["ok"] == 24
+        assert report["program_llm_calls"] == 24
+        assert report["program_cost_usd"] > 0 and report["program_cost_unmeasured"] == 0
+
     def test_table_and_output_file(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:

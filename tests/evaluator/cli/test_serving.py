@@ -72,6 +72,20 @@ class TestServing:
         async with Serving(ServingOptions()).open() as configs:
             assert configs == {}
 
+    async def test_simulator_starts_for_sdk_calls_without_a_model(self) -> None:
+        """--simulator with no model configured still starts: it serves the program's
+        own SDK calls, at the URL the serving step names while it runs."""
+        serving = Serving(ServingOptions(simulator=SimulatorConfig(port=0)))
+        async with serving.open() as configs:
+            assert configs == {}
+            url = serving.simulator_url
+            assert url is not None and url.startswith("http://127.0.0.1:")
+            async with ModelClient(
+                ModelConfig(model="m", base_url=url, api_key_env=None)
+            ) as client:
+                assert (await client.complete([{"role": "user", "content": "hi"}])).text
+        assert serving.simulator_url is None
+
     async def test_simulator_serves_every_model_without_a_key(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:

@@ -28,7 +28,7 @@ class TestLimits:
         assert int(headers["retry-after"]) >= 1
         assert 0 < int(headers["retry-after-ms"]) <= 1000
         assert headers["x-ratelimit-remaining-requests"] == "0"
-        assert headers["x-ratelimit-limit-requests"] == "10"
+        assert headers["x-ratelimit-limit-requests"] == "600"  # per minute, as OpenAI says
         stats = sim.statistics()
         assert stats.rate_limited == 4 and stats.served == 10 and stats.requests == 14
         assert sim.peak_requests(1.0) == 14
@@ -76,15 +76,16 @@ class TestRateLimits:
         assert never.message == "Request too large: Limit 100, Requested 101."
 
     def test_headers_report_the_window(self) -> None:
-        """The x-ratelimit-* lines give the limit, what remains and when it resets."""
+        """The x-ratelimit-* lines give the limit per minute, what remains of the window and
+        when one more fits."""
         limits = RateLimits(rpm=600, tpm=6000, window_s=1.0)
         limits.admit(0.0, 40)
         lines = dict(line.split(": ", 1) for line in limits.headers(0.25).split("\r\n") if line)
         assert lines == {
-            "x-ratelimit-limit-requests": "10",
+            "x-ratelimit-limit-requests": "600",
             "x-ratelimit-remaining-requests": "9",
             "x-ratelimit-reset-requests": "1ms",
-            "x-ratelimit-limit-tokens": "100",
+            "x-ratelimit-limit-tokens": "6000",
             "x-ratelimit-remaining-tokens": "60",
             "x-ratelimit-reset-tokens": "750ms",
         }

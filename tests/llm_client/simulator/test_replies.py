@@ -1,15 +1,21 @@
 """The simulator's replies: verdicts from Answer/Expected lines or a stable hash, per-model
-noise, the echo of other prompts."""
+noise and flips, the echo of other prompts, and the four shapes a reply goes out in."""
 
 from __future__ import annotations
+
+import json
 
 from llm_client import ModelSettings
 from llm_client._simulator._replies import (
     ChatBody,
+    ResponsesBody,
     SystemPromptCache,
+    chunk_stream,
     compose,
     judge_verdict,
     reply_text,
+    responses_body,
+    responses_stream,
 )
 from llm_client._wire import estimate_tokens
 
@@ -66,3 +72,51 @@ class TestCompose:
         assert cache.cached_tokens(user("no system")) == 0
         off = SystemPromptCache(enabled=False)
         assert off.cached_tokens(messages) == off.cached_tokens(messages) == 0
+
+
+class TestShapes:
+    def test_chunk_stream_carries_the_text_and_usage_when_asked(self) -> None:
+        """The chat stream's deltas join to the reply; the usage chunk (no choices) comes
+        last, before [DONE], only with include_usage."""
+        reply = compose(
+            ChatBody(model="m", messages=user("one two three four five six seven")),
+            ModelSettings(),
+            pass_rate=0.5,
+        )
+        with_usage = chunk_stream("m", reply, number=1, cached=0, include_usage=True)
+        events = [e.removeprefix(b"data: ") for e in with_usage.split(b"\n\n") if e]
+        assert events[-1] == b"[DONE]"
+        chunks = [json.loads(e) for e in events[:-1]]
+        text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[:-1])
+        assert text == reply.text and len(chunks) > 4
+        assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["prompt_tokens"] == (
+            reply.prompt_tokens
+        )
+        plain = chunk_stream("m", reply, number=1, cached=0, include_usage=False)
+        assert b'"usage"' not in plain
+
+    def test_responses_stream_ends_in_completed_with_usage(self) -> None:
+        """The Responses stream's text deltas join to the reply and its last event,
+        response.completed, carries the whole response with usage."""
+        body = ResponsesBody(model="m", input="hello", instructions="be brief").as_chat()
+        assert body.messages == [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "hello"},
+        ]
+        reply = compose(body, ModelSettings(), pass_rate=0.5)
+        raw_events = responses_stream("m", reply, number=3, cached=0).split(b"\n\n")
+        events = [json.loads(e.split(b"data: ", 1)[1]) for e in raw_events if e]
+        deltas = [e["delta"] for e in events if e["type"] == "response.output_text.delta"]
+        assert "".join(deltas) == reply.text == "Echo: hello"
+        assert [e["sequence_number"] for e in events] == list(range(len(events)))
+        done = events[-1]
+        assert done["type"] == "response.completed"
+        assert done["response"]["usage"]["input_tokens"] == reply.prompt_tokens
+        whole = json.loads(responses_body("m", reply, number=3, cached=0))
+        assert whole["output"][0]["content"][0]["text"] == reply.text
+
+    def test_flip_inverts_the_verdict(self) -> None:
+        """A drawn flip turns PASS into FAIL and back, on top of the model's noise."""
+        assert judge_verdict("Answer: a\nExpected: a", "m", pass_rate=0, noise=0)
+        assert not judge_verdict("Answer: a\nExpected: a", "m", pass_rate=0, noise=0, flip=True)
+        assert judge_verdict("Answer: a\nExpected: a", "m", pass_rate=0, noise=1, flip=True)

@@ -93,3 +93,91 @@ class TestChat:
             finally:
                 writer.close()
         assert (bad, good) == (401, 200)
+
+
+class TestSDKShapes:
+    """The shapes the official openai client asks for, read back by that client."""
+
+    async def test_streamed_chat_with_usage(self, sim: Simulator) -> None:
+        """A streamed chat completion reaches the openai client whole, with the usage
+        chunk it asked for, and counts as served and streamed."""
+        import openai
+
+        async with openai.AsyncOpenAI(base_url=sim.base_url, api_key="sk-test") as client:
+            stream = await client.chat.completions.create(
+                model="m",
+                messages=[{"role": "user", "content": "stream these words to me please"}],
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            text, usage = "", None
+            async for chunk in stream:
+                if chunk.choices:
+                    text += chunk.choices[0].delta.content or ""
+                usage = chunk.usage or usage
+        stats = sim.statistics()
+        assert text == "Echo: stream these words to me please"
+        assert usage is not None and usage.prompt_tokens == stats.prompt_tokens
+        assert usage.completion_tokens == stats.completion_tokens
+        assert (stats.served, stats.streamed) == (1, 1)
+
+    async def test_responses_api_plain_and_streamed(self, sim: Simulator) -> None:
+        """POST /v1/responses answers a Responses object and, streamed, events ending in
+        response.completed; the openai client reads text and usage from both."""
+        import openai
+
+        async with openai.AsyncOpenAI(base_url=sim.base_url, api_key="sk-test") as client:
+            plain = await client.responses.create(model="m", input="hi", instructions="brief")
+            stream = await client.responses.create(
+                model="m",
+                input=[{"role": "user", "content": [{"type": "input_text", "text": "yo"}]}],
+                stream=True,
+            )
+            completed = [e async for e in stream if e.type == "response.completed"]
+        assert plain.output_text == "Echo: hi"
+        assert plain.usage is not None and plain.usage.input_tokens == 4 + 2 + 4 + 1 + 3
+        assert len(completed) == 1 and completed[0].response.output_text == "Echo: yo"
+        assert completed[0].response.usage is not None
+        assert sim.statistics().streamed == 1
+
+    async def test_flip_rate_makes_a_judge_disagree_with_itself_repeatably(
+        self, make_sim: Any
+    ) -> None:
+        """With flip_rate 0.5 the same judge prompt gets both verdicts; a second simulator
+        with the same seed, asked in the same order, gives the same sequence."""
+        sequences = []
+        for _ in range(2):
+            async with (
+                make_sim(seed=3, models={"j": ModelSettings(flip_rate=0.5)}) as sim,
+                ModelClient(config(sim, "j")) as client,
+            ):
+                sequences.append(
+                    [(await client.complete(judge("a", "a"))).text[:4] for _ in range(30)]
+                )
+        assert sequences[0] == sequences[1]
+        assert {"PASS", "FAIL"} == set(sequences[0])
+
+
+class TestRateLimitHeaders:
+    async def test_headers_switched_off_leave_a_bare_429(self, make_sim: Any) -> None:
+        """With rate_limit_headers off, replies carry no x-ratelimit-* and a 429 no
+        retry-after: the server gives no hint at all."""
+        async with (
+            make_sim(rpm=60, window_s=1.0, rate_limit_headers=False) as sim,
+            aiohttp.ClientSession() as session,
+        ):
+            body = {"model": "m", "messages": user("x")}
+            first = await post(session, sim, body)
+            second = await post(session, sim, body)
+        assert (first[0], second[0]) == (200, 429)
+        for _, headers, _ in (first, second):
+            assert not [h for h in headers if h.lower().startswith(("x-ratelimit", "retry-after"))]
+
+    async def test_headers_on_every_reply_while_limited(self, make_sim: Any) -> None:
+        """With a limit and the headers on (the default), a 200 carries the per-minute
+        limit and what remains of the window."""
+        async with make_sim(rpm=120, window_s=1.0) as sim, aiohttp.ClientSession() as session:
+            status, headers, _ = await post(session, sim, {"model": "m", "messages": user("x")})
+        assert status == 200
+        assert headers["x-ratelimit-limit-requests"] == "120"
+        assert headers["x-ratelimit-remaining-requests"] == "1"
