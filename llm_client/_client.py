@@ -299,6 +299,7 @@ class ModelClient:
                     messages=plain,
                     max_tokens=cfg.max_tokens,
                     temperature=cfg.temperature,
+                    reasoning_effort=cfg.reasoning_effort,
                 )
             )
         except (TypeError, msgspec.EncodeError) as exc:
@@ -321,6 +322,8 @@ class ModelClient:
             options["max_tokens"] = cfg.max_tokens
         if "temperature" not in options and cfg.temperature is not None:
             options["temperature"] = cfg.temperature
+        if "reasoning_effort" not in options and cfg.reasoning_effort is not None:
+            options["reasoning_effort"] = cfg.reasoning_effort
         try:
             request = ChatRequest(model=cfg.model, messages=plain, **options)
             body = request_encoder.encode(request)

@@ -62,7 +62,9 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
     queueing and retries; ``max_retries`` counts attempts after the first.
 
     Prices are overrides in USD per million tokens; unset ones come from genai-prices.
-    ``max_tokens`` and ``temperature`` are defaults for every call (a call's own options win).
+    ``max_tokens``, ``temperature`` and ``reasoning_effort`` are defaults for every call (a
+    call's own options win); ``reasoning_effort`` is sent as the chat completions field of
+    that name (``"low"``, ``"high"``...: what the model accepts is the server's to say).
     """
 
     model: str
@@ -80,6 +82,7 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
     price_cached_input: float | None = None
     max_tokens: int | None = None
     temperature: float | None = None
+    reasoning_effort: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model.strip():
@@ -135,6 +138,15 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
                     field="temperature",
                     value=self.temperature,
                 )
+        if self.reasoning_effort is not None and (
+            not isinstance(self.reasoning_effort, str) or not self.reasoning_effort.strip()
+        ):
+            raise ModelConfigError(
+                "`reasoning_effort` must be a non-empty string such as 'low' or 'high', got "
+                f"{self.reasoning_effort!r}",
+                field="reasoning_effort",
+                value=self.reasoning_effort,
+            )
 
     @property
     def endpoint(self) -> str:

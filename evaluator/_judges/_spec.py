@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from llm_client import ModelConfig, ModelConfigError
+from llm_client import ModelConfig
 
 from .._exceptions import ConfigError
 
@@ -114,14 +114,4 @@ class JudgeSpec(msgspec.Struct, frozen=True, kw_only=True):
             value = getattr(self, name)
             if value is not None:
                 fields[name] = value
-        unsupported = [name for name in fields if name not in ModelConfig.__struct_fields__]
-        if unsupported:
-            # llm_client.ModelConfig has no per-model default for it yet: refusing beats
-            # silently calling the model with an option the user did not get.
-            raise ModelConfigError(
-                f"`{unsupported[0]}` cannot be sent as a per-model option yet: the model "
-                "client sends temperature and max_tokens with every call, not "
-                f"{unsupported[0]}; remove it, or pass llm(..., {unsupported[0]}=...) in the "
-                "metric (it then applies to every model)"
-            )
         return ModelConfig(**fields)

@@ -617,6 +617,11 @@ class TestCommand:
         assert {r.provider for r in report.rows} == {"anthropic", "openai"}
         assert all(r.simulated and r.scored == 80 and r.errors == 0 for r in report.rows)
         assert all(r.self_agreement is not None for r in report.rows)
+        stable = {r.label: r.self_agreement.stable for r in report.rows if r.self_agreement}
+        # The simulator's flip_rate (sampling noise) is set for the small models only: the
+        # large ones keep every verdict, gpt-nano (flip_rate 0.15) flips on some examples.
+        assert stable["claude-large"] == stable["gpt-large"] == 1.0
+        assert stable["gpt-nano"] is not None and stable["gpt-nano"] < 1.0
         assert all(r.projection and r.projection.limited_by for r in report.rows)
         assert len(report.cases) == 40
         assert all(len(calls) == 2 for case in report.cases for calls in case.calls.values())

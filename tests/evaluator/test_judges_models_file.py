@@ -77,6 +77,18 @@ class TestLoadModelsFile:
         assert local.api_key_env is None and local.base_url == "http://127.0.0.1:8000/v1"
         assert local.config().api_key() is None
 
+    def test_call_options_reach_the_client_config(self, tmp_path: Path) -> None:
+        """temperature, max_tokens and reasoning_effort (a provider's or a model's own) are
+        the model client's per-model defaults, sent with every call."""
+        text = GOOD.replace('name = "gpt-4.1"\n', 'name = "gpt-4.1"\nreasoning_effort = "High"\n')
+        _, large, _ = load_models_file(write(tmp_path, text))
+        config = large.config()
+        assert (config.reasoning_effort, config.max_tokens, config.temperature) == (
+            "high",
+            64,
+            0.0,
+        )
+
     def test_json_same_as_toml(self, tmp_path: Path) -> None:
         """The JSON form of a file gives the same judges as its TOML form (sources aside)."""
         import tomllib
@@ -171,10 +183,6 @@ class TestLoadModelsFile:
             (
                 '[[models]]\nname = "m"\nreasoning_effort = "hgh"\n',
                 [":3:", "`reasoning_effort` must be one of", "'high'"],
-            ),
-            (
-                '[[models]]\nname = "m"\nreasoning_effort = "low"\n',
-                [":3:", "`reasoning_effort` cannot be sent as a per-model option yet", "llm(..."],
             ),
             ('[[model]]\nname = "m"\n', ["unknown top-level key `model`", "did you mean `models`"]),
             ('[providers.p]\nbase_url = "https://x/v1"\napi_key_env = "K"\n', ["no `models`"]),

@@ -194,3 +194,30 @@ class TestMockTransport:
         assert reply.text == "hi" and reply.model == "m-2024"
         assert reply.cost_usd is None and reply.cost_note is not None
         assert "usage" in reply.cost_note
+
+    async def test_config_defaults_are_sent_and_a_calls_own_option_wins(self) -> None:
+        """A config's max_tokens, temperature and reasoning_effort go with every call; an
+        option given to the call replaces the config's value for that call only."""
+        bodies: list[dict[str, Any]] = []
+
+        def handler(request: HTTPRequest) -> HTTPResponse:
+            bodies.append(msgspec.json.decode(request.body))
+            body = {"choices": [{"message": {"content": "hi"}}], "model": "m"}
+            return HTTPResponse(200, {}, msgspec.json.encode(body))
+
+        cfg = ModelConfig(
+            model="m",
+            base_url="https://example.invalid/v1",
+            api_key_env=None,
+            max_tokens=32,
+            temperature=0.5,
+            reasoning_effort="low",
+        )
+        async with ModelClient(cfg, transport=MockTransport(handler)) as client:
+            await client.complete(user("q"))
+            await client.complete(user("q"), reasoning_effort="high", seed=1)
+        plain, with_options = bodies
+        assert plain["reasoning_effort"] == "low"
+        assert (plain["max_tokens"], plain["temperature"]) == (32, 0.5)
+        assert with_options["reasoning_effort"] == "high" and with_options["seed"] == 1
+        assert (with_options["max_tokens"], with_options["temperature"]) == (32, 0.5)

@@ -21,6 +21,8 @@ class TestModelConfig:
             ("temperature", 3.0, "`temperature` must be between 0 and 2"),
             ("base_url", "api.openai.com", "`base_url` must start with http:// or https://"),
             ("rate_margin", 0.9, "`rate_margin` must be between 0 and 0.5"),
+            ("reasoning_effort", " ", "`reasoning_effort` must be a non-empty string"),
+            ("reasoning_effort", 2, "`reasoning_effort` must be a non-empty string"),
         ],
     )
     def test_out_of_range_field_is_named(self, field: str, value: object, fragment: str) -> None:
