@@ -34,12 +34,19 @@ def score(input, output, expected=None):
     return 1.0, {"feedback": "ok"}
 """
 
-SLOW_METRIC = """
+GATED_METRIC = """\
+import os
 import time
 
+GATE = {gate!r}
+
+
 def score(input, output, expected=None):
-    time.sleep(0.004)
-    return 1.0, {"feedback": "ok"}
+    if input["i"] >= 3:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(GATE) and time.monotonic() < deadline:
+            time.sleep(0.005)
+    return 1.0, {{"feedback": "ok"}}
 """
 
 
@@ -135,7 +142,10 @@ class TestTwoRunsAtOnce:
         """Two runs on one --output at the same time (the second with and without
         --resume): the second is refused at once with one line while the first runs on;
         the file ends with each id exactly once, and a later resume counts each once."""
-        (tmp_path / "metric.py").write_text(textwrap.dedent(SLOW_METRIC))
+        gate = tmp_path / "go"
+        # The first run cannot finish before the test opens the gate, however slowly the
+        # second interpreter starts on a loaded machine (the check's 3 examples pass).
+        (tmp_path / "metric.py").write_text(GATED_METRIC.format(gate=str(gate)))
         data = _dataset(tmp_path / "data.jsonl", 300)
         out = tmp_path / "r.jsonl"
         argv = [sys.executable, "-m", "evaluator", "run", "--metric", str(tmp_path / "metric.py"),
@@ -146,10 +156,9 @@ class TestTwoRunsAtOnce:
         )
         try:
             deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and first.poll() is None:
-                if out.exists() and out.read_bytes().count(b"\n") >= 20:
-                    break
+            while time.monotonic() < deadline and first.poll() is None and not out.exists():
                 time.sleep(0.01)
+            time.sleep(0.2)  # the file is locked right after it is created
             assert first.poll() is None, "the first run ended before the second started"
             for extra in ([], ["--resume"]):
                 second = subprocess.run(
@@ -159,11 +168,14 @@ class TestTwoRunsAtOnce:
                 assert "another skynet-eval run is writing this results file" in second.stderr
                 assert "Traceback" not in second.stderr
             assert first.poll() is None, "the refusals should come while the first still runs"
+            gate.touch()
             stdout, stderr = first.communicate(timeout=120)
         finally:
+            gate.touch()
             if first.poll() is None:
                 first.kill()
-                first.communicate()
+            if first.stdout is not None and not first.stdout.closed:
+                first.communicate()  # closes its pipes, also when an assertion failed above
         assert first.returncode == 0, stderr
         assert json.loads(stdout)["n"] == 300
         assert Counter(_ids(out)) == Counter(f"q{i}" for i in range(300))
