@@ -32,7 +32,7 @@ from typing import Any, cast
 
 from llm_client import Share
 
-from .._aio import unwrap_group
+from .._aio import shielded, unwrap_group
 from .._calls import Outcome
 from .._dataset import Example, _row_to_example
 from .._executors._base import Executor
@@ -414,10 +414,10 @@ class ResultStream:
             item = await self._queue.get()
         except asyncio.CancelledError:
             # The consumer was cancelled (a client that disconnected): its work stops
-            # with it, now, rather than when the stream is collected.
-            self._finished = True
-            if not self._task.done():
-                self._task.cancel()
+            # with it, now, rather than when the stream is collected; the cancellation
+            # returns once that work has unwound (queued calls dropped, reservations
+            # returned), whatever else cancels it meanwhile.
+            await shielded(self.aclose())
             raise
         if item is _END:
             self._finished = True
