@@ -138,8 +138,10 @@ class FairQueue(Generic[T]):
     served. The caller decides *when* to serve (its budgets); the queue decides *whom*.
     """
 
-    #: Forget idle tenants (their state no longer matters) every this many pushes.
-    PRUNE_EVERY = 256
+    #: Forget idle tenants (their state no longer matters) when this many are known, and
+    #: again each time their number doubles: a service whose every request is a tenant of
+    #: its own must not keep one entry per request.
+    PRUNE_AT = 64
 
     def __init__(self, dead: Callable[[T], bool]) -> None:
         self._dead = dead
@@ -147,12 +149,15 @@ class FairQueue(Generic[T]):
         self._flows: dict[Hashable, _Flow] = {}
         self._ready: list[tuple[float, int, _Flow]] = []
         self._order = itertools.count()
-        self._pushes = 0
+        self._prune_at = self.PRUNE_AT
 
     def _flow(self, share: Share | None) -> _Flow:
         tenant, weight = (None, 1.0) if share is None else (share.tenant, share.weight)
         flow = self._flows.get(tenant)
         if flow is None:
+            if len(self._flows) >= self._prune_at:
+                self._prune()
+                self._prune_at = max(self.PRUNE_AT, 2 * len(self._flows))
             flow = self._flows[tenant] = _Flow(tenant, weight)
         else:
             flow.weight = weight
@@ -166,9 +171,6 @@ class FairQueue(Generic[T]):
             flow.queued = True
             start = max(self._vtime, flow.finish)
             heapq.heappush(self._ready, (start, next(self._order), flow))
-        self._pushes += 1
-        if self._pushes % self.PRUNE_EVERY == 0:
-            self._prune()
 
     def peek(self) -> T | None:
         """The item to serve next (None when no live item waits)."""

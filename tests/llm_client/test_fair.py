@@ -112,6 +112,17 @@ class TestFairQueue:
             queue.push(b, _Item("b"), 10 + i)
         assert _drain(queue) == ["b", "a", "b", "a", "b", "a", "b", "a"]
 
+    def test_idle_tenants_are_forgotten(self) -> None:
+        """Ten thousand tenants served one request each, one after another, leave a
+        bounded number of entries behind, not one per tenant."""
+        queue = _queue()
+        for i in range(10_000):
+            queue.charge(Share(("caller", i)), 1.0)
+            if i % 3 == 0:
+                queue.push(Share(("caller", i)), _Item("x"), i)
+                assert queue.pop(1.0).name == "x"
+        assert len(queue._flows) <= 2 * FairQueue.PRUNE_AT
+
     def test_dead_items_are_skipped(self) -> None:
         """Items that left the line (cancelled) are never served, nor block others."""
         queue = _queue()

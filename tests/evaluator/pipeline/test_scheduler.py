@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from evaluator import ConfigError, Evaluator, Example, Models
@@ -163,7 +164,49 @@ class TestTenantsOnOneEvaluator:
         assert sent_meanwhile <= 60, sent_meanwhile
 
 
+SLOW_METRIC = """
+import os, time
+from pathlib import Path
+
+def score(input, output, expected=None):
+    if input.get("slow"):
+        (Path(input["folder"]) / f"running-{os.getpid()}").write_text("")
+        time.sleep(30)
+    return 1.0, {"feedback": "ok"}
+"""
+
+
+def running_pids(folder: Path) -> list[int]:
+    """The worker processes the slow metric says are running a call."""
+    return [int(p.name.split("-")[1]) for p in folder.glob("running-*")]
+
+
 class TestCancellingOneCaller:
+    async def test_cancelled_callers_process_calls_are_killed(self, tmp_path: Path) -> None:
+        """A cancelled caller's running process calls are killed with their workers
+        (counted, not as timeouts), so another caller's calls, queued behind them, run
+        at once instead of after the 30 s calls; each of its examples gets one result."""
+        path = tmp_path / "slow.py"
+        path.write_text(SLOW_METRIC)
+        slow = [
+            Example(id=f"slow{i}", input={"slow": True, "folder": str(tmp_path)}, output=i)
+            for i in range(2)
+        ]
+        quick = [Example(id=f"q{i}", input={}, output=i) for i in range(5)]
+        async with Evaluator(path, workers=2, timeout=60) as ev:
+            doomed = asyncio.create_task(ev.evaluate_many(None, slow))
+            await until(lambda: len(running_pids(tmp_path)) == 2)
+            pids = running_pids(tmp_path)
+            kept = asyncio.create_task(ev.evaluate_many(None, quick))
+            doomed.cancel()
+            await asyncio.gather(doomed, return_exceptions=True)
+            results = await asyncio.wait_for(kept, 20)  # the slow calls sleep 30 s
+            stats = ev.statistics().metric
+            await until(lambda: not any(psutil.pid_exists(pid) for pid in pids))
+        assert [r.example_id for r in results] == [f"q{i}" for i in range(5)]
+        assert all(r.error is None for r in results)
+        assert (stats.killed_for_cancel, stats.timeouts) == (2, 0)
+
     async def test_cancelled_caller_stops_and_the_other_finishes_whole(
         self, sim: Simulator
     ) -> None:
