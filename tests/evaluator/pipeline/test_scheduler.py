@@ -11,8 +11,10 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import hypothesis.strategies as st
 import psutil
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from evaluator import ConfigError, Evaluator, Example, Models
 from evaluator._pipeline._scheduler import FairSlots, TenantBook, caller_share
@@ -260,3 +262,65 @@ class TestCancellingOneCaller:
             stats = governor(config).statistics()
             assert (stats.in_flight, stats.waiting) == (0, 0)
         assert sorted(r.example_id for r in results) == sorted(f"K{i}" for i in range(20))
+
+
+ASYNC_METRIC = """
+import asyncio
+
+async def score(input, output, expected=None):
+    for _ in range(input["steps"]):
+        await asyncio.sleep(0)
+    return 1.0, {"feedback": "ok"}
+"""
+
+job_specs = st.lists(
+    st.tuples(
+        st.integers(0, 80),  # examples
+        st.sampled_from(["a", "b", None]),  # tenant (None: the calling task)
+        st.sampled_from([0.5, 1.0, 3.0]),  # weight
+        st.sampled_from(["many", "stream", "report"]),  # which call
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+class TestEveryCallerWhole:
+    def test_concurrent_callers_each_get_one_result_per_example(self, tmp_path: Path) -> None:
+        """Property: any mix of concurrent callers (sizes, shared or own tenants, weights,
+        evaluate_many / stream / evaluate) each gets exactly one result per example (in
+        input order for evaluate_many), and the gates end empty."""
+        path = tmp_path / "m.py"
+        path.write_text(ASYNC_METRIC)
+
+        async def one(ev: Evaluator, spec: tuple[int, Any, float, str], k: int) -> list[Any]:
+            n, tenant, weight, call = spec
+            rows = [Example(id=f"{k}-{i}", input={"steps": i % 3}, output=i) for i in range(n)]
+            if call == "many":
+                results = await ev.evaluate_many(None, rows, tenant=tenant, weight=weight)
+                return [r.example_id for r in results]
+            if call == "stream":
+                got = [r.example_id async for r in ev.stream(None, rows, tenant=tenant)]
+                return sorted(got, key=lambda x: int(x.split("-")[1]))
+            report = await ev.evaluate(None, rows, tenant=tenant, weight=weight)
+            assert report.ok == report.n
+            return [f"{k}-{i}" for i in range(report.n)]
+
+        async def once(specs: list[tuple[int, Any, float, str]]) -> None:
+            async with Evaluator(path, concurrency=8) as ev:
+                got = await asyncio.gather(*(one(ev, spec, k) for k, spec in enumerate(specs)))
+                slots = ev._flow.metric_slots
+                assert (slots.used, slots.waiting, len(ev._flow.tenants)) == (0, 0, 0)
+            for k, (spec, ids) in enumerate(zip(specs, got, strict=True)):
+                assert ids == [f"{k}-{i}" for i in range(spec[0])]
+
+        @settings(
+            max_examples=15,
+            deadline=None,
+            suppress_health_check=[HealthCheck.function_scoped_fixture],
+        )
+        @given(job_specs)
+        def prop(specs: list[tuple[int, Any, float, str]]) -> None:
+            asyncio.run(once(specs))
+
+        prop()
