@@ -194,3 +194,11 @@ class TestGovernorFairness:
         assert order == [f"k{i}" for i in range(5)]
         stats = governor.statistics()
         assert (stats.in_flight, stats.waiting, stats.requests_sent) == (0, 0, 6)
+
+    def test_a_request_costs_the_seconds_of_its_binding_budget(self) -> None:
+        """A request is charged the larger of its request's and its tokens' seconds of
+        budget, and 1 when no budget is set, so long prompts pay for their tokens."""
+        governor = RateGovernor(rpm=600, tpm=60_000)
+        assert governor._cost(10) == pytest.approx(0.1)  # one request: 0.1 s of 10/s
+        assert governor._cost(1000) == pytest.approx(1.0)  # 1000 tokens: 1 s of 1000/s
+        assert RateGovernor()._cost(1000) == 1.0

@@ -183,6 +183,34 @@ def running_pids(folder: Path) -> list[int]:
     return [int(p.name.split("-")[1]) for p in folder.glob("running-*")]
 
 
+class TestWeightsOnOneEvaluator:
+    async def test_backlogged_tenants_share_results_by_weight(self, sim: Simulator) -> None:
+        """Two callers that both keep the budget saturated, of weights 3 and 1, get about
+        three results for every one (counted over 120 results once both are running;
+        tolerance: a share of 0.65 to 0.85 for the weight-3 tenant, 0.75 expected)."""
+        config = judge_model(sim, rpm=3000)
+        async with Evaluator(JUDGE, models=Models(metric=config)) as ev:
+            arrivals: list[str] = []
+
+            async def consume(tenant: str, weight: float) -> None:
+                rows = judged(2000, tenant)
+                async for _ in ev.stream(None, rows, tenant=tenant, weight=weight):
+                    arrivals.append(tenant)
+
+            light = asyncio.create_task(consume("light", 1.0))
+            await until(lambda: governor(config).statistics().waiting >= 32)
+            heavy = asyncio.create_task(consume("heavy", 3.0))
+            await until(lambda: arrivals.count("heavy") >= 30)
+            start = len(arrivals)
+            await until(lambda: len(arrivals) >= start + 120)
+            window = arrivals[start : start + 120]
+            for task in (light, heavy):
+                task.cancel()
+            await asyncio.gather(light, heavy, return_exceptions=True)
+        share = window.count("heavy") / len(window)
+        assert 0.65 <= share <= 0.85, share
+
+
 class TestCancellingOneCaller:
     async def test_cancelled_callers_process_calls_are_killed(self, tmp_path: Path) -> None:
         """A cancelled caller's running process calls are killed with their workers
