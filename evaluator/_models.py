@@ -17,11 +17,12 @@ that went around the metered paths makes its example's cost unmeasured
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import msgspec
 
-from llm_client import ModelConfig, Redactor
+from llm_client import ModelConfig, Redactor, Share
 
 from ._context import Stage
 from ._report import ModelBudget
@@ -217,6 +218,10 @@ class ModelStatistics(msgspec.Struct, frozen=True, kw_only=True):
     sdk_calls: int = 0  # of the calls above, those routed from the user's own SDK
 
 
+def _no_share(token: int) -> Share | None:
+    return None
+
+
 class ModelRouter:
     """Owns one :class:`ModelClient` per distinct model configuration and routes calls.
 
@@ -237,6 +242,9 @@ class ModelRouter:
         self._failed = 0
         self._gateway: Gateway | None = None
         self._port: ModelPort | None = None
+        #: The tenant's share of a call token (the flow's ``TenantBook``): model calls
+        #: are made under it, so the governor shares budgets between callers by weight.
+        self.share_of: Callable[[int], Share | None] = _no_share
         # The second line of defence: a model call's exception enters the engine here,
         # and leaves without any key the engine holds (the client redacts it already).
         self._redact = Redactor()

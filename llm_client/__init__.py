@@ -19,6 +19,9 @@ from ._exceptions import LLMError as LLMError
 from ._exceptions import ModelClientError as ModelClientError
 from ._exceptions import ModelConfigError as ModelConfigError
 from ._exceptions import RequestTooLargeError as RequestTooLargeError
+from ._fair import Share as Share
+from ._fair import current_share as current_share
+from ._fair import sharing as sharing
 from ._forward import Forwarded as Forwarded
 from ._governor import GovernorStatistics as GovernorStatistics
 from ._governor import RateGovernor as RateGovernor
@@ -56,9 +59,12 @@ __all__ = [
     "Redactor",
     "RequestTooLargeError",
     "RetryDetails",
+    "Share",
     "Simulator",
     "SimulatorConfig",
     "SimulatorStatistics",
     "Transport",
     "TransportError",
+    "current_share",
+    "sharing",
 ]

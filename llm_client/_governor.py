@@ -20,6 +20,15 @@ The budgets are token buckets refilling continuously:
 A reservation is settled when the attempt ends: refunded in full if no usage came back
 (an error, a cancellation), otherwise corrected to the tokens the server reported.
 
+Between tenants the order is fair, not FIFO (``_fair.py``): each caller's request is
+queued under the :class:`~llm_client._fair.Share` in force where it called (a context
+variable; none: the one default tenant), and when the budgets admit one more request the
+backlogged tenant furthest behind its weighted share goes next. Each request is charged
+the seconds of budget it uses, the larger of ``60 / rpm`` and ``tokens * 60 / tpm``, so a
+tenant of long prompts and one of short ones share the *binding* budget by weight. It is
+work-conserving: the budgets, not the shares, decide when a request starts, so one tenant
+alone gets the whole budget and an idle tenant's share is lent to the others at once.
+
 When no ``rpm``/``tpm`` is configured the budget is learned (``_budget.py``): from the
 provider's rate-limit headers, which every reply is shown to (:meth:`RateGovernor.observe`),
 else from bare 429s by AIMD. :meth:`RateGovernor.statistics` says which budget is in force
@@ -30,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import heapq
 import itertools
 import threading
 import time
@@ -42,6 +50,7 @@ import msgspec
 
 from ._budget import Adaptive, BudgetSource, read_limits
 from ._exceptions import RequestTooLargeError
+from ._fair import FairQueue, current_share
 
 __all__ = ["GovernorStatistics", "Permit", "RateGovernor", "governor_for"]
 
@@ -70,6 +79,7 @@ class GovernorStatistics(msgspec.Struct, frozen=True, kw_only=True):
     pauses: int  # shared pauses started after a 429
     queued_s: float  # total time callers spent waiting for admission
     paused_for_s: float  # time left in the current shared pause (0 if none)
+    tenants: int = 0  # tenants with a caller queued (see ``_fair.py``)
 
 
 class _Bucket:
@@ -96,16 +106,16 @@ class _Bucket:
 
 
 class _Waiter:
-    __slots__ = ("enqueued", "future", "seq", "tokens")
+    __slots__ = ("enqueued", "future", "tokens")
 
-    def __init__(self, seq: int, tokens: int, future: asyncio.Future[float], now: float) -> None:
-        self.seq = seq
+    def __init__(self, tokens: int, future: asyncio.Future[float], now: float) -> None:
         self.tokens = tokens
         self.future = future
         self.enqueued = now
 
-    def __lt__(self, other: _Waiter) -> bool:
-        return self.seq < other.seq
+
+def _left(waiter: _Waiter) -> bool:
+    return waiter.future.done()  # cancelled while waiting
 
 
 class Permit:
@@ -128,9 +138,13 @@ class Permit:
 class RateGovernor:
     """Admission control for one (base URL, key, model); see the module docstring.
 
-    Callers are admitted strictly in order of their sequence number (taken at the first
-    attempt, so a retry keeps its place ahead of callers that came after it). Use
-    :func:`governor_for` to get the one shared governor of a model within a loop.
+    Between tenants (the :class:`~llm_client._fair.Share` in force where ``acquire`` is
+    called), admission is start-time fair queueing by weight, each request charged the
+    seconds of budget it uses (``_cost``); within one tenant, callers are admitted
+    strictly in order of their sequence number (taken at the first attempt, so a retry
+    keeps its place ahead of callers that came after it). With one tenant (no share
+    anywhere) that is plain FIFO. Use :func:`governor_for` to get the one shared
+    governor of a model within a loop.
     """
 
     BURST = 2.0
@@ -158,7 +172,7 @@ class RateGovernor:
         now = clock()
         self._requests = _Bucket(self._rate(rpm), self.BURST, now) if rpm else None
         self._tokens = _Bucket(self._rate(tpm), 0.0, now) if tpm else None
-        self._heap: list[_Waiter] = []
+        self._queue: FairQueue[_Waiter] = FairQueue(_left)
         self._seq = itertools.count()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
@@ -233,13 +247,15 @@ class RateGovernor:
                 "prompt, lower max_tokens or raise tpm"
             )
         now = self._clock()
-        if not self._heap and self._in_flight < self._max_concurrency and self._admits(now):
+        share = current_share()
+        if not self._waiting and self._in_flight < self._max_concurrency and self._admits(now):
             # Nobody queued and the budgets allow it: admit at once, without a future.
+            self._queue.charge(share, self._cost(tokens))
             self._admit(tokens, now)
             return Permit(tokens, 0.0, self._epoch)
         loop = asyncio.get_running_loop()
-        waiter = _Waiter(next(self._seq) if seq is None else seq, tokens, loop.create_future(), now)
-        heapq.heappush(self._heap, waiter)
+        waiter = _Waiter(tokens, loop.create_future(), now)
+        self._queue.push(share, waiter, next(self._seq) if seq is None else seq)
         self._waiting += 1
         self._dispatch()
         try:
@@ -397,9 +413,20 @@ class RateGovernor:
         """A retry (after a 429, a 5xx, a timeout, a dropped connection) is about to happen."""
         self._retries += 1
 
+    def _cost(self, tokens: int) -> float:
+        """What one request of ``tokens`` costs its tenant: the seconds of the binding
+        budget it uses (the larger of its request's and its tokens'), 1 with no budget."""
+        cost = 0.0
+        requests, budget = self._requests, self._tokens
+        if requests is not None and requests.rate > 0:
+            cost = 1.0 / requests.rate
+        if budget is not None and budget.rate > 0:
+            cost = max(cost, tokens / budget.rate)
+        return cost if cost > 0 else 1.0
+
     def _dispatch(self) -> None:
-        heap = self._heap
-        if not heap:
+        queue = self._queue
+        if not self._waiting:
             return
         now = self._clock()
         requests, tokens = self._requests, self._tokens
@@ -410,11 +437,7 @@ class RateGovernor:
             adaptive.grow(now, hungry=hungry)
             requests.refill(now)
             requests.rate = adaptive.rate
-        while heap:
-            head = heap[0]
-            if head.future.done():  # cancelled while waiting
-                heapq.heappop(heap)
-                continue
+        while (head := queue.peek()) is not None:
             if self._in_flight >= self._max_concurrency:
                 return  # release() dispatches again
             wait = self._paused_until - now
@@ -427,7 +450,7 @@ class RateGovernor:
             if wait > 0:
                 self._arm(now, wait)
                 return
-            heapq.heappop(heap)
+            queue.pop(self._cost(head.tokens))
             self._admit(head.tokens, now)
             self._waiting -= 1
             head.future.set_result(now)
@@ -502,6 +525,7 @@ class RateGovernor:
             pauses=self._pauses,
             queued_s=self._queued_s,
             paused_for_s=max(0.0, self._paused_until - now),
+            tenants=self._queue.tenants(),
         )
 
 

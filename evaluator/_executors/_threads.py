@@ -67,6 +67,9 @@ class ThreadExecutorStatistics(ExecutorStatistics, frozen=True, kw_only=True):
     """Threads left running a call past its timeout (or past the close), ever."""
     abandoned_alive: int = 0
     """Of those, the ones still running now (daemons: they cannot hold up exit)."""
+    cancelled_calls: int = 0
+    """Calls running when their caller was cancelled, ever: their model calls stopped,
+    they finish in their thread and their outcome is dropped (queued calls never start)."""
 
 
 class _Job:
@@ -221,6 +224,7 @@ class ThreadExecutor:
         self._all: list[_Worker] = []
         self._abandoned: set[_Worker] = set()
         self._abandoned_total = 0
+        self._cancelled_calls = 0
         self._numbers = itertools.count()
         self._timeouts = 0
         self._outstanding = 0  # calls of the submits not returned yet, on the loop only
@@ -272,6 +276,7 @@ class ThreadExecutor:
             # wait on. They finish on their own; the watchdog stays armed so that a hung
             # one still frees its place in the pool.
             job.cancelled = True
+            self._cancelled_calls += len(job.running)
             for bridge in list(job.bridges.values()):
                 bridge.cancel()
             raise
@@ -340,6 +345,7 @@ class ThreadExecutor:
             busy=sum(1 for t in list(self._threads) if t.in_call),
             abandoned_threads=self._abandoned_total,
             abandoned_alive=sum(1 for t in list(self._abandoned) if t.is_alive()),
+            cancelled_calls=self._cancelled_calls,
         )
 
     def threads(self) -> list[threading.Thread]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import AsyncIterable, Iterable
+from collections.abc import AsyncIterable, Hashable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from .._report import (
 )
 from .._results import Result
 from ._flow import Flow, ResultStream, Source
+from ._scheduler import caller_share
 
 __all__ = [
     "DEFAULT_MODEL_BUDGET",
@@ -352,31 +353,65 @@ class Evaluator:
     # -- public API -------------------------------------------------------------------
 
     async def evaluate_many(
-        self, artifact: Any, examples: Iterable[Any] | AsyncIterable[Any]
+        self,
+        artifact: Any,
+        examples: Iterable[Any] | AsyncIterable[Any],
+        *,
+        tenant: Hashable | None = None,
+        weight: float = 1.0,
     ) -> list[Result]:
-        """Evaluate ``examples`` with ``artifact``; one result per example, in input order."""
-        self._check_open()
-        return await self._flow.collect(artifact, examples)
+        """Evaluate ``examples`` with ``artifact``; one result per example, in input order.
 
-    def stream(self, artifact: Any, examples: Iterable[Any] | AsyncIterable[Any]) -> ResultStream:
+        ``tenant`` (default: the calling task) and ``weight`` (default 1) set this call's
+        share of the executors' slots and the model budgets while other tenants want
+        them too; alone, a tenant gets all of both. Cancelling the calling task stops
+        this call's work only.
+        """
+        self._check_open()
+        share = caller_share(tenant, weight)
+        return await self._flow.collect(artifact, examples, share=share)
+
+    def stream(
+        self,
+        artifact: Any,
+        examples: Iterable[Any] | AsyncIterable[Any],
+        *,
+        tenant: Hashable | None = None,
+        weight: float = 1.0,
+    ) -> ResultStream:
         """Results as they complete, in bounded memory.
 
         ``async for result in ev.stream(artifact, examples)``; use
         ``async with ev.stream(...) as results`` (or ``await results.aclose()``) to stop
-        early and release at once what is still in flight.
+        early and release at once what is still in flight. A consumer cancelled while it
+        waits for the next result (a client that disconnected) stops the stream's work
+        too. ``tenant`` (default: the task that calls ``stream``) and ``weight``: as for
+        :meth:`evaluate_many`.
         """
         self._check_open()
-        return ResultStream(self._flow, self._check_open, artifact, Source(examples))
+        share = caller_share(tenant, weight)
+        return ResultStream(self._flow, self._check_open, artifact, Source(examples), share)
 
-    async def evaluate(self, artifact: Any, examples: Iterable[Any] | AsyncIterable[Any]) -> Report:
-        """Evaluate ``examples`` and return the :class:`Report` (no list of results kept)."""
+    async def evaluate(
+        self,
+        artifact: Any,
+        examples: Iterable[Any] | AsyncIterable[Any],
+        *,
+        tenant: Hashable | None = None,
+        weight: float = 1.0,
+    ) -> Report:
+        """Evaluate ``examples`` and return the :class:`Report` (no list of results kept).
+
+        ``tenant`` and ``weight``: as for :meth:`evaluate_many`.
+        """
         self._check_open()
+        share = caller_share(tenant, weight)
         builder = ReportBuilder(failure_score=self.failure_score)
 
         async def add(position: int, chunk: list[Result]) -> None:
             builder.add_many(chunk)
 
-        await self._flow.drive(artifact, Source(examples), add)
+        await self._flow.drive(artifact, Source(examples), add, share=share)
         return self.build_report(builder)
 
     def build_report(self, builder: ReportBuilder) -> Report:

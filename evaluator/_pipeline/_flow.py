@@ -11,6 +11,11 @@ chunk when calls are slow, so that a slow example never holds up others. Several
 run at once, within a bound on the examples in flight (so memory does not grow with the
 dataset) that is large enough to keep every executor's ``parallelism`` busy.
 
+Each call of the flow runs for a tenant (a :class:`~llm_client.Share`): its chunks
+enter each stage's executor through that stage's fair gate, and its model calls are made
+under its share (``_scheduler.py``), so concurrent callers share slots and budgets by
+weight.
+
 Tasks are asyncio-native (see ``evaluator._aio``): a dispatcher pulls chunks and starts
 one task per chunk in an ``asyncio.TaskGroup``; a :class:`ResultStream` runs its producer
 in a task owned by the Evaluator.
@@ -25,13 +30,16 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, I
 from itertools import islice
 from typing import Any, cast
 
-from .._aio import unwrap_group
+from llm_client import Share
+
+from .._aio import shielded, unwrap_group
 from .._calls import Outcome
 from .._dataset import Example, _row_to_example
 from .._executors._base import Executor
 from .._models import ModelRouter
 from .._results import Result
 from . import _assembly as assembly
+from ._scheduler import FairSlots, TenantBook
 
 __all__ = ["MAX_CHUNK", "Flow", "ResultStream", "Sizer", "Source"]
 
@@ -145,9 +153,13 @@ class Flow:
         self.examples = 0
         self.ok = 0
         self.in_flight = 0
+        self.tenants = TenantBook()
+        self.metric_slots = FairSlots(lambda: self.capacity(self.metric))
+        self.program_slots = FairSlots(lambda: self.capacity(self.program))
 
     def attach(self, metric: Executor, program: Executor | None, router: ModelRouter) -> None:
         self.metric, self.program, self.router = metric, program, router
+        router.share_of = self.tenants.share_of
 
     # -- bounds -----------------------------------------------------------------------
 
@@ -161,6 +173,13 @@ class Flow:
         size = self.sizer.size
         return min(size, self.concurrency) if self.concurrency is not None else size
 
+    def capacity(self, executor: Executor | None) -> int:
+        """The calls a stage's fair gate lets into ``executor`` at once: its parallelism,
+        so that its own FIFO queue never holds one caller's backlog ahead of another's;
+        three chunks when chunks are larger (cheap calls, batched), as before."""
+        parallelism = executor.parallelism if executor is not None else 1
+        return max(1, parallelism, 3 * self.chunk_size())
+
     def limit(self, size: int) -> int:
         """The examples in flight at most, with chunks of ``size``."""
         if self.concurrency is not None:
@@ -170,7 +189,11 @@ class Flow:
     # -- the flow ---------------------------------------------------------------------
 
     async def collect(
-        self, artifact: Any, examples: Iterable[Any] | AsyncIterable[Any]
+        self,
+        artifact: Any,
+        examples: Iterable[Any] | AsyncIterable[Any],
+        *,
+        share: Share | None = None,
     ) -> list[Result]:
         """Every example's result, in input order."""
         if isinstance(examples, (list, tuple)):
@@ -179,7 +202,7 @@ class Flow:
                 # An optimizer's minibatch: one chunk, in the caller's task, no task group.
                 source = Source(items)
                 chunk = await source.take(len(items))
-                return await self.chunk(artifact, chunk, len(chunk))
+                return await self.chunk(artifact, chunk, len(chunk), share=share)
             source = Source(items)
         else:
             source = Source(examples)
@@ -191,16 +214,18 @@ class Flow:
                 results.extend([cast(Result, None)] * (end - len(results)))
             results[position:end] = chunk
 
-        await self.drive(artifact, source, place)
+        await self.drive(artifact, source, place, share=share)
         return results
 
-    async def drive(self, artifact: Any, source: Source, emit: Emit) -> None:
+    async def drive(
+        self, artifact: Any, source: Source, emit: Emit, *, share: Share | None = None
+    ) -> None:
         """Pull chunks, run several at once within the in-flight bound, emit results."""
         flight = _Flight()
 
         async def run(chunk: list[Example], position: int, in_flight: int) -> None:
             try:
-                await emit(position, await self.chunk(artifact, chunk, in_flight))
+                await emit(position, await self.chunk(artifact, chunk, in_flight, share=share))
             finally:
                 # Counted until emitted: a slow consumer must hold up the dispatcher.
                 flight.count -= len(chunk)
@@ -223,7 +248,9 @@ class Flow:
                     self.in_flight += len(chunk)
                     tg.create_task(run(chunk, position, flight.count))
 
-    async def chunk(self, artifact: Any, examples: list[Example], in_flight: int) -> list[Result]:
+    async def chunk(
+        self, artifact: Any, examples: list[Example], in_flight: int, *, share: Share | None = None
+    ) -> list[Result]:
         """Run one chunk through both stages; one result per example, in order.
 
         ``in_flight``: the examples in flight when it started, its own included.
@@ -232,11 +259,14 @@ class Flow:
         started = time.perf_counter()
         base = self.next_token
         self.next_token = base + n
+        self.tenants.add(base, n, share)
         try:
             if self.program is not None:
-                results, errors = await self._with_program(self.program, artifact, examples, base)
+                results, errors = await self._with_program(
+                    self.program, artifact, examples, base, share
+                )
             else:
-                results, errors = await self._score_only(examples, base)
+                results, errors = await self._score_only(examples, base, share)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is None or task.cancelling():
@@ -244,6 +274,8 @@ class Flow:
             # Raised inside without anyone cancelling the run: never a silent loss.
             why = "a cancellation raised inside the engine, not requested by the caller"
             results, errors = assembly.lost(examples, self.failure_score, why), n
+        finally:
+            self.tenants.discard(base)
         if len(results) != n:  # one result per example, whatever happened
             results, lost = assembly.complete(examples, results, self.failure_score)
             errors += lost
@@ -252,33 +284,52 @@ class Flow:
         self.ok += n - errors
         return results
 
+    async def _submit(
+        self, slots: FairSlots, executor: Executor, calls: list[Any], share: Share | None
+    ) -> list[Outcome]:
+        """``executor.submit(calls)`` once the stage's fair gate admits them."""
+        units = await slots.acquire(share, len(calls))
+        try:
+            return await executor.submit(calls)
+        finally:
+            slots.release(units)
+
     async def _with_program(
-        self, program: Executor, artifact: Any, examples: list[Example], base: int
+        self,
+        program: Executor,
+        artifact: Any,
+        examples: list[Example],
+        base: int,
+        share: Share | None,
     ) -> tuple[list[Result], int]:
         """The run stage, then the score stage for the examples whose program succeeded."""
         assert self.metric is not None and self.router is not None
         fail = self.failure_score
         calls = assembly.run_calls(artifact, examples, base)
-        outcomes = await program.submit(calls)
+        outcomes = await self._submit(self.program_slots, program, calls, share)
         holes, score_calls, where = assembly.after_program(
             examples, calls, outcomes, self.router.program_meters, fail
         )
         errors = len(examples) - len(score_calls)
         scored: list[Result] = []
         if score_calls:
-            outcomes = await self.metric.submit(score_calls)
+            outcomes = await self._submit(self.metric_slots, self.metric, score_calls, share)
             scored, score_errors = assembly.scored_results(
                 score_calls, outcomes, self.router.judge_meters, fail
             )
             errors += score_errors
         return assembly.fill_holes(holes, where, scored), errors
 
-    async def _score_only(self, examples: list[Example], base: int) -> tuple[list[Result], int]:
+    async def _score_only(
+        self, examples: list[Example], base: int, share: Share | None
+    ) -> tuple[list[Result], int]:
         """The score stage on each example's own output."""
         assert self.metric is not None and self.router is not None
         fail = self.failure_score
         calls = assembly.score_only_calls(examples, base)
-        outcomes: list[Outcome] = await self.metric.submit(calls) if calls else []
+        outcomes: list[Outcome] = (
+            await self._submit(self.metric_slots, self.metric, calls, share) if calls else []
+        )
         results, errors = assembly.scored_results(calls, outcomes, self.router.judge_meters, fail)
         if len(calls) != len(examples):  # some examples have no output: each its own error
             results = assembly.with_missing_outputs(examples, results, fail)
@@ -308,9 +359,15 @@ class ResultStream:
     """
 
     def __init__(
-        self, flow: Flow, check_open: Callable[[], None], artifact: Any, source: Source
+        self,
+        flow: Flow,
+        check_open: Callable[[], None],
+        artifact: Any,
+        source: Source,
+        share: Share | None = None,
     ) -> None:
         self._flow = flow
+        self._share = share
         self._check_open = check_open
         self._artifact = artifact
         self._source = source
@@ -353,7 +410,15 @@ class ResultStream:
             self._task = asyncio.get_running_loop().create_task(self._produce())
             self._flow.streams.add(self._task)
             self._task.add_done_callback(self._flow.streams.discard)
-        item = await self._queue.get()
+        try:
+            item = await self._queue.get()
+        except asyncio.CancelledError:
+            # The consumer was cancelled (a client that disconnected): its work stops
+            # with it, now, rather than when the stream is collected; the cancellation
+            # returns once that work has unwound (queued calls dropped, reservations
+            # returned), whatever else cancels it meanwhile.
+            await shielded(self.aclose())
+            raise
         if item is _END:
             self._finished = True
             return None
@@ -367,7 +432,7 @@ class ResultStream:
             await self._queue.put(chunk)
 
         try:
-            await self._flow.drive(self._artifact, self._source, put)
+            await self._flow.drive(self._artifact, self._source, put, share=self._share)
         except Exception as exc:
             await self._queue.put(exc)
         else:

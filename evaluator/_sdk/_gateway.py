@@ -38,6 +38,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from llm_client._fair import sharing
+
 from .._context import Stage
 from . import _audit, _intercept
 from ._request import SDKRequest
@@ -140,7 +142,7 @@ class Gateway:
         if task is not None:
             self._tasks.add(task)
         try:
-            with _audit.engine_io():
+            with _audit.engine_io(), sharing(self._router.share_of(token)):
                 return await self._forward(token, stage, request)
         finally:
             if task is not None:
@@ -248,7 +250,8 @@ class ModelPort:
     ) -> str:
         if self._router.model_for(stage) is None:
             raise RuntimeError(NO_MODEL)
-        with _audit.engine_io():  # the model client's own connections are not a bypass
+        # The model client's own connections are not a bypass; the call is its tenant's.
+        with _audit.engine_io(), sharing(self._router.share_of(token)):
             return await self._router.handler(token, stage, instruction, input, options)
 
     def forward(self, token: int, stage: Stage, request: SDKRequest) -> Awaitable[Forwarded]:

@@ -23,8 +23,11 @@ killed at the timeout costs only the call it was running, whose error is named b
 - **skynet.llm** in a worker is relayed to the engine (``_relay.py``) and answered by
   ``llm_handler`` in a task the pool owns.
 
-Cancelling a ``submit`` returns at once; calls of it already sent finish in their worker
-(bounded by one batch of about ``TARGET_BATCH_NS``, or by the timeout) and are dropped.
+Cancelling a ``submit`` returns at once; its queued calls are dropped, and a call of it
+that a worker is running is killed with its worker (a fresh one, the warm spare, takes its
+place) when it is expensive (estimated or already running for ``CANCEL_KILL_NS`` or more);
+cheap calls already sent finish in their worker (one batch of about ``TARGET_BATCH_NS``)
+and are dropped.
 
 Known limit: a batch queued in a worker (cheap calls only, see ``PREFETCH_MAX_COST_NS``)
 just before that worker's running call hangs waits for the hung call's timeout, then is
@@ -72,6 +75,12 @@ from ._wire import (
 __all__ = ["ProcessExecutor", "ProcessExecutorStatistics"]
 
 
+#: A cancelled caller's running call is killed with its worker when calls cost this much
+#: (the batch-sizing estimate) or it has run this long: a cheaper one ends on its own
+#: sooner than a worker restarts.
+CANCEL_KILL_NS = 50_000_000
+
+
 class ProcessExecutorStatistics(ExecutorStatistics, frozen=True, kw_only=True):
     """A :class:`ProcessExecutor`'s snapshot: the common shape, and its workers'."""
 
@@ -98,6 +107,8 @@ class ProcessExecutorStatistics(ExecutorStatistics, frozen=True, kw_only=True):
     spare_ready: bool = False
     """A warm spare has started and imported the user's file, idle until it replaces a
     worker (it is not counted in ``workers_alive``)."""
+    killed_for_cancel: int = 0
+    """Workers killed because the caller of the call they ran was cancelled."""
 
     @property
     def calls_done(self) -> int:
@@ -149,6 +160,8 @@ class ProcessExecutor:
             events=self,
         )
         self._timeouts = 0
+        self._cancel_kills: set[tuple[int, int]] = set()  # (seq, index) killed for a cancel
+        self._killed_for_cancel = 0
 
     @property
     def parallelism(self) -> int:
@@ -203,6 +216,7 @@ class ProcessExecutor:
             spares_started=pool.spares_started,
             spares_promoted=pool.spares_promoted,
             spare_ready=pool.spare is not None and pool.spare.ready,
+            killed_for_cancel=self._killed_for_cancel,
         )
 
     # -- submitting -------------------------------------------------------------------
@@ -229,10 +243,29 @@ class ProcessExecutor:
             await future
         except asyncio.CancelledError:
             self._queue.cancel(job)
+            self._kill_running(job)
             raise
         finally:
             self._queue.discard(job)
         return job.results
+
+    def _kill_running(self, job: Job, clock: Any = perf_counter_ns) -> None:
+        """Kill the workers running an expensive call of the cancelled ``job``: a caller
+        that is gone must not hold a worker until its call ends or times out."""
+        now, cost = clock(), self._queue.cost_ns
+        for w in tuple(self._pool.workers):
+            running = self._pool.running_call(w)
+            if running is None:
+                continue
+            seq, index, started = running
+            if (cost is not None and cost < CANCEL_KILL_NS) and now - started < CANCEL_KILL_NS:
+                continue  # cheap: it ends soon on its own, cheaper than a restart
+            batch = next((b for b in w.batches if b.seq == seq), None)
+            if batch is None or index >= batch.size or batch.job_at(index) is not job:
+                continue
+            self._cancel_kills.add((seq, index))
+            self._killed_for_cancel += 1
+            self._pool.kill(w, running)
 
     def _dispatch(self) -> None:
         """Send batches to workers that can take one, while calls are pending."""
@@ -374,7 +407,10 @@ class ProcessExecutor:
         else:
             self._queue.worker_lost(exit.batches, None, None, penalise=penalise)
             return
-        if self._queue.worker_lost(exit.batches, (seq, index), blame, penalise=penalise):
+        if (seq, index) in self._cancel_kills:
+            self._cancel_kills.discard((seq, index))
+            self._queue.worker_lost(exit.batches, (seq, index), blame, penalise=False)
+        elif self._queue.worker_lost(exit.batches, (seq, index), blame, penalise=penalise):
             self._timeouts += exit.kill is not None
 
     def on_capacity(self) -> None:

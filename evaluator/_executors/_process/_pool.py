@@ -561,22 +561,34 @@ class Pool:
                     wake_at = min(wake_at, deadline)
             await asyncio.sleep(max(0.0, (wake_at - now) / 1e9))
 
-    def _deadline(self, w: Worker, now: int) -> int | None:
-        """The deadline of ``w``'s running call; past it, kill ``w`` (and return None)."""
+    def running_call(self, w: Worker) -> tuple[int, int, int] | None:
+        """``(seq, index, started)`` of the call ``w`` runs now (None: between calls)."""
         if w.closed or w.kill is not None or not w.batches:
             return None
         state = w.state
         started, seq, index, again = state[START], state[SEQ], state[INDEX], state[START]
         if not started or started != again:
+            return None
+        return seq, index, started
+
+    def _deadline(self, w: Worker, now: int) -> int | None:
+        """The deadline of ``w``'s running call; past it, kill ``w`` (and return None)."""
+        running = self.running_call(w)
+        if running is None:
             return None  # between calls: the next one cannot end its time before now + timeout
-        deadline = started + self.timeout_ns + GRACE_NS
+        deadline = running[2] + self.timeout_ns + GRACE_NS
         if now < deadline:
             return deadline
-        w.kill = (seq, index, started)
+        self.kill(w, running)
+        return None
+
+    def kill(self, w: Worker, running: tuple[int, int, int]) -> None:
+        """Kill ``w`` for its running call ``(seq, index, started)``; a fresh worker
+        takes its place."""
+        w.kill = running
         with contextlib.suppress(OSError):
             w.proc.kill()
         # The replacement starts now, in parallel with the reaping; the killed worker's
         # calls are sorted out when its exit is seen.
         self.replace(w, restart=True)
         self.events.on_capacity()
-        return None

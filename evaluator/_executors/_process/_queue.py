@@ -109,6 +109,15 @@ class Batch:
             offset += hi - lo
         raise IndexError(position)
 
+    def job_at(self, position: int) -> Job:
+        """The job of the call at ``position`` in the batch."""
+        offset = 0
+        for job, lo, hi, _ in self.segments:
+            if position < offset + hi - lo:
+                return job
+            offset += hi - lo
+        raise IndexError(position)
+
 
 class WorkQueue:
     """Pending calls of every job, batches, and the cost estimate that sizes them."""
