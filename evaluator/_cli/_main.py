@@ -27,6 +27,7 @@ from evaluator import ConfigError, EvaluationError
 
 from ._loop import Interrupted
 from ._options import (
+    CacheOptions,
     CheckOptions,
     CommandOptions,
     JudgesOptions,
@@ -68,6 +69,7 @@ COMMANDS = (
     Command("judges", JudgesOptions, "evaluator._cli._judges"),
     Command("report", ReportOptions, "evaluator._cli._report"),
     Command("simulator", SimulatorOptions, "evaluator._cli._simulator"),
+    Command("cache", CacheOptions, "evaluator._cli._cache"),
 )
 
 

@@ -26,6 +26,7 @@ from itertools import islice
 from typing import Any, cast
 
 from .._aio import unwrap_group
+from .._cache import ResultCache
 from .._calls import Outcome
 from .._dataset import Example, _row_to_example
 from .._executors._base import Executor
@@ -139,6 +140,7 @@ class Flow:
         self.metric: Executor | None = None
         self.program: Executor | None = None
         self.router: ModelRouter | None = None
+        self.cache: ResultCache | None = None
         self.sizer = Sizer()
         self.streams: set[asyncio.Task[None]] = set()
         self.next_token = 0
@@ -146,8 +148,14 @@ class Flow:
         self.ok = 0
         self.in_flight = 0
 
-    def attach(self, metric: Executor, program: Executor | None, router: ModelRouter) -> None:
-        self.metric, self.program, self.router = metric, program, router
+    def attach(
+        self,
+        metric: Executor,
+        program: Executor | None,
+        router: ModelRouter,
+        cache: ResultCache | None = None,
+    ) -> None:
+        self.metric, self.program, self.router, self.cache = metric, program, router, cache
 
     # -- bounds -----------------------------------------------------------------------
 
@@ -233,10 +241,10 @@ class Flow:
         base = self.next_token
         self.next_token = base + n
         try:
-            if self.program is not None:
-                results, errors = await self._with_program(self.program, artifact, examples, base)
+            if self.cache is not None:
+                results, errors = await self._cached(self.cache, artifact, examples, base)
             else:
-                results, errors = await self._score_only(examples, base)
+                results, errors = await self._stages(artifact, examples, base)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is None or task.cancelling():
@@ -251,6 +259,27 @@ class Flow:
         self.examples += n
         self.ok += n - errors
         return results
+
+    async def _stages(
+        self, artifact: Any, examples: list[Example], base: int
+    ) -> tuple[list[Result], int]:
+        if self.program is not None:
+            return await self._with_program(self.program, artifact, examples, base)
+        return await self._score_only(examples, base)
+
+    async def _cached(
+        self, cache: ResultCache, artifact: Any, examples: list[Example], base: int
+    ) -> tuple[list[Result], int]:
+        """The cache's hits, and the stages for its misses (stored when they succeed)."""
+        found = await cache.lookup(artifact, examples)
+        if not found.misses:
+            return found.merge(()), 0
+        fresh, errors = await self._stages(artifact, found.misses, base)
+        if len(fresh) != len(found.misses):  # one result per example, whatever happened
+            fresh, lost = assembly.complete(found.misses, fresh, self.failure_score)
+            errors += lost
+        cache.store(found, fresh)
+        return found.merge(fresh), errors
 
     async def _with_program(
         self, program: Executor, artifact: Any, examples: list[Example], base: int
