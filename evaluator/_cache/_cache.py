@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import sqlite3
 import warnings
 from collections.abc import Sequence
@@ -248,19 +249,25 @@ class ResultCache:
                 return None
             try:
                 return await self._on_disk(getattr(disk, name), arg)
-            except sqlite3.DatabaseError as exc:
+            except (sqlite3.Error, OSError) as exc:
                 self._counts["disk_errors"] += 1
-                if attempt == 1:
-                    await self._on_disk(disk.rebuild, f"SQLite failed during the run ({exc})")
-                    continue
-                self._disk = None
-                warnings.warn(
-                    f"result cache {disk.path}: failed again after a rebuild ({exc}); this "
-                    "run goes on with the memory cache only",
-                    CacheWarning,
-                    stacklevel=2,
-                )
+                if attempt == 1 and isinstance(exc, sqlite3.DatabaseError):
+                    with contextlib.suppress(sqlite3.Error, OSError):
+                        await self._on_disk(disk.rebuild, f"SQLite failed during the run ({exc})")
+                        continue
+                self._drop_disk(disk, exc)
         return None
+
+    def _drop_disk(self, disk: DiskStore, exc: BaseException) -> None:
+        self._disk = None
+        self._pending.clear()
+        disk.close()
+        warnings.warn(
+            f"result cache {disk.path}: {exc}; this run goes on with the memory cache only "
+            "(its results are not kept on disk)",
+            CacheWarning,
+            stacklevel=2,
+        )
 
     def statistics(self) -> CacheStatistics:
         return CacheStatistics(

@@ -56,7 +56,11 @@ def write(folder: Path, name: str, source: str) -> Path:
 
 def rows(n: int, **extra: Any) -> list[dict[str, Any]]:
     return [
-        {"id": f"e{i}", "input": {"q": f"question {i}", "n": i, **extra}, "expected": {"label": "a"}}
+        {
+            "id": f"e{i}",
+            "input": {"q": f"question {i}", "n": i, **extra},
+            "expected": {"label": "a"},
+        }
         for i in range(n)
     ]
 
@@ -110,9 +114,17 @@ class TestHits:
         assert all(r.ok and not r.cached for r in first)
         assert all(r.cached for r in second)
         for fresh, hit in zip(first, second, strict=True):
-            assert (hit.score, hit.scores, hit.feedback) == (fresh.score, fresh.scores, fresh.feedback)
+            assert (hit.score, hit.scores, hit.feedback) == (
+                fresh.score,
+                fresh.scores,
+                fresh.feedback,
+            )
             assert hit.observation == fresh.observation and hit.judge == fresh.judge
-            assert (hit.output, hit.example_id, hit.extra) == (fresh.output, fresh.example_id, fresh.extra)
+            assert (hit.output, hit.example_id, hit.extra) == (
+                fresh.output,
+                fresh.example_id,
+                fresh.extra,
+            )
         assert stats is not None and (stats.memory_hits, stats.misses, stats.stored) == (6, 6, 6)
 
     async def test_off_by_default(self, tmp_path: Path, count_file: Path) -> None:
@@ -159,8 +171,12 @@ class TestInvalidation:
             program = write(tmp_path, "program.py", state["program"])
             before = counted(count_file)
             async with Evaluator(
-                metric, program, execution="inline", program_execution="inline",
-                cache=cache, models=state["models"],
+                metric,
+                program,
+                execution="inline",
+                program_execution="inline",
+                cache=cache,
+                models=state["models"],
             ) as ev:
                 await ev.evaluate_many(state["artifact"], state["rows"])
             runs.append(counted(count_file) - before)
@@ -174,19 +190,37 @@ class TestInvalidation:
     @pytest.mark.parametrize(
         "change",
         [
-            pytest.param(lambda s: s.update(metric=s["metric"] + "\n# edited\n"), id="metric-source"),
             pytest.param(
-                lambda s: s.update(metric=s["metric"] + '\nREWARD_SPEC = {"weights": {"accuracy": 1, "speed": 0, "cost": 0}}\n'),
+                lambda s: s.update(metric=s["metric"] + "\n# edited\n"), id="metric-source"
+            ),
+            pytest.param(
+                lambda s: s.update(
+                    metric=s["metric"]
+                    + '\nREWARD_SPEC = {"weights": {"accuracy": 1, "speed": 0, "cost": 0}}\n'
+                ),
                 id="reward-spec",
             ),
-            pytest.param(lambda s: s.update(program=s["program"] + "\n# edited\n"), id="program-source"),
+            pytest.param(
+                lambda s: s.update(program=s["program"] + "\n# edited\n"), id="program-source"
+            ),
             pytest.param(lambda s: s.update(artifact="v2"), id="artifact"),
             pytest.param(lambda s: s["rows"][0].update(id="renamed"), id="example-id"),
             pytest.param(lambda s: s["rows"][0]["input"].update(q="other"), id="example-input"),
-            pytest.param(lambda s: s["rows"][0].update(expected={"label": "b"}), id="example-expected"),
+            pytest.param(
+                lambda s: s["rows"][0].update(expected={"label": "b"}), id="example-expected"
+            ),
             pytest.param(lambda s: s["rows"][0].update(output="given"), id="example-output"),
             pytest.param(
-                lambda s: s.update(models=Models(metric=ModelConfig(model="m", base_url="http://127.0.0.1:9/v1", api_key_env=None, temperature=0.5))),
+                lambda s: s.update(
+                    models=Models(
+                        metric=ModelConfig(
+                            model="m",
+                            base_url="http://127.0.0.1:9/v1",
+                            api_key_env=None,
+                            temperature=0.5,
+                        )
+                    )
+                ),
                 id="model-settings",
             ),
         ],
