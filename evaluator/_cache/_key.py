@@ -8,7 +8,8 @@ known, so that a lookup costs one small encode and one hash:
   so a spec computed at import counts too), the program file's source, and the model
   settings that shape outputs or costs (model, base URL, temperature, max tokens, prices;
   not rate limits, timeouts or concurrency) of the program and judge models and the SDK
-  base URL;
+  base URL (a server on this machine, 127.0.0.1 or localhost, by its path: its port
+  changes from run to run, as the simulator's does; the model name tells it apart);
 - the *candidate* layer (:meth:`KeyMaker.candidate`, once per chunk): the artifact in
   canonical form (text as its code points, JSON-like data as sorted msgpack);
 - the *example* layer: its id, input, expected and given output, in the same sorted form.
@@ -26,6 +27,7 @@ import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -50,6 +52,8 @@ _MODEL_FIELDS = (
     "price_output",
     "price_cached_input",
 )
+
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 
 _encode = msgspec.msgpack.Encoder(order="sorted").encode
 
@@ -78,11 +82,26 @@ def _spec(fn: UserFunction) -> bytes:
         return b"repr:" + repr(fn.reward_spec).encode("utf-8", "surrogatepass")
 
 
+def _url(url: str | None) -> str | None:
+    """A base URL as the key knows it: a server on this machine by its path alone, since
+    its port changes from run to run (the simulator's does); its model name still counts."""
+    if url is None:
+        return None
+    parts = urlsplit(url)
+    if parts.hostname in _LOOPBACK:
+        return f"{parts.scheme}://loopback{parts.path}"
+    return url
+
+
 def _models(models: Models) -> bytes:
     def fields(config: Any) -> Any:
-        return None if config is None else [getattr(config, name) for name in _MODEL_FIELDS]
+        if config is None:
+            return None
+        values = [getattr(config, name) for name in _MODEL_FIELDS]
+        values[1] = _url(values[1])
+        return values
 
-    return _encode([fields(models.program), fields(models.judge), models.sdk_base_url])
+    return _encode([fields(models.program), fields(models.judge), _url(models.sdk_base_url)])
 
 
 def canonical(value: Any) -> bytes | None:
