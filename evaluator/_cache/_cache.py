@@ -10,15 +10,16 @@ very result that was stored, with ``cached=True``.
 
 Writes to disk do not hold up the chunk that made them: they go to a writer task the
 cache owns, which stores them in batches on the disk's thread and is drained when the
-cache closes. A disk that fails during a run is moved aside and rebuilt once
-(:class:`CacheWarning`); if it fails again the run goes on with the memory tier alone.
+cache closes; lookups read on a second connection meanwhile (WAL: readers never wait for
+the writer). A disk that fails during a run drops the disk tier with a
+:class:`CacheWarning`: the run goes on with the memory tier; the next open checks the
+file and moves it aside if it is bad.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import sqlite3
 import warnings
 from collections.abc import Sequence
@@ -30,7 +31,7 @@ import msgspec
 from .._aio import shielded
 from .._dataset import Example
 from .._results import Result
-from ._disk import CacheWarning, DiskStore
+from ._disk import FILE_NAME, CacheWarning, DiskStore
 from ._key import KeyMaker
 
 __all__ = ["DEFAULT_MEMORY_BYTES", "CacheStatistics", "Lookup", "ResultCache"]
@@ -103,11 +104,17 @@ class ResultCache:
         self.max_memory_bytes = max_memory_bytes
         self._memory: dict[bytes, bytes] = {}
         self._memory_bytes = 0
-        self._disk: DiskStore | None = None
-        self._thread: concurrent.futures.ThreadPoolExecutor | None = None
+        # Two connections on two threads: WAL lets a chunk's lookup read while the
+        # writer stores earlier chunks' results, so a lookup never queues behind a write.
+        self._disk: dict[str, _Tier] = {}
         self._pending: list[tuple[bytes, bytes]] = []
         self._wake: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
+        # Lookups waiting for the reader: many small chunks at once (a model-bound run
+        # has one example per chunk) share one SELECT and one hop to its thread.
+        self._wanted: list[tuple[list[bytes], asyncio.Future[dict[bytes, bytes]]]] = []
+        self._wake_reader: asyncio.Event | None = None
+        self._reader: asyncio.Task[None] | None = None
         self._closing = False
         self._counts = dict.fromkeys(
             ("lookups", "memory_hits", "disk_hits", "misses", "uncacheable", "stored"), 0
@@ -118,17 +125,18 @@ class ResultCache:
 
     async def __aenter__(self) -> ResultCache:
         if self.directory is not None:
-            self._thread = concurrent.futures.ThreadPoolExecutor(
-                1, thread_name_prefix="skynet-eval-cache"
-            )
             try:
-                self._disk = await self._on_disk(DiskStore.open, self.directory)
+                for role in ("read", "write"):
+                    tier = _Tier(role)
+                    self._disk[role] = tier
+                    await tier.open(self.directory)
             except BaseException:
-                self._thread.shutdown(wait=True)
-                self._thread = None
+                await shielded(self._close_disk())
                 raise
-            self._wake = asyncio.Event()
-            self._writer = asyncio.get_running_loop().create_task(self._write_loop())
+            loop = asyncio.get_running_loop()
+            self._wake, self._wake_reader = asyncio.Event(), asyncio.Event()
+            self._writer = loop.create_task(self._write_loop())
+            self._reader = loop.create_task(self._read_loop())
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -136,20 +144,19 @@ class ResultCache:
 
     async def _close(self) -> None:
         self._closing = True
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            assert self._wake is not None
-            self._wake.set()
-            await asyncio.wait({writer})
-        disk, self._disk = self._disk, None
-        if disk is not None:
-            await self._on_disk(disk.close)
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.shutdown(wait=True)
+        tasks = [t for t in (self._writer, self._reader) if t is not None]
+        self._writer = self._reader = None
+        for event in (self._wake, self._wake_reader):
+            if event is not None:
+                event.set()
+        if tasks:
+            await asyncio.wait(tasks)
+        await self._close_disk()
 
-    async def _on_disk(self, fn: Any, *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+    async def _close_disk(self) -> None:
+        tiers, self._disk = list(self._disk.values()), {}
+        for tier in tiers:
+            await tier.close()
 
     # -- lookups ----------------------------------------------------------------------
 
@@ -170,7 +177,7 @@ class ResultCache:
         memory = self._memory
         values: list[bytes | None] = [memory.get(k) if k is not None else None for k in keys]
         counts["memory_hits"] += n - values.count(None)
-        if self._disk is not None:
+        if self._disk:
             await self._from_disk(keys, values)
         hits = found.hits
         for i, (ex, key, value) in enumerate(zip(examples, keys, values, strict=True)):
@@ -189,7 +196,7 @@ class ResultCache:
         wanted = [k for k, v in zip(keys, values, strict=True) if k is not None and v is None]
         if not wanted:
             return
-        found = await self._disk_call("get_many", wanted)
+        found = await self._read(wanted)
         if not found:
             return
         self._counts["disk_hits"] += len(found)
@@ -197,6 +204,33 @@ class ResultCache:
             if values[i] is None and key is not None and (value := found.get(key)) is not None:
                 values[i] = value
                 self._remember(key, value)
+
+    async def _read(self, wanted: list[bytes]) -> dict[bytes, bytes]:
+        """The stored values of ``wanted``, read together with other chunks' lookups."""
+        future: asyncio.Future[dict[bytes, bytes]] = asyncio.get_running_loop().create_future()
+        self._wanted.append((wanted, future))
+        assert self._wake_reader is not None
+        self._wake_reader.set()
+        return await future
+
+    async def _read_loop(self) -> None:
+        assert self._wake_reader is not None
+        try:
+            while not self._closing:
+                await self._wake_reader.wait()
+                self._wake_reader.clear()
+                while self._wanted:
+                    batch, self._wanted = self._wanted, []
+                    keys = [k for part, _ in batch for k in part]
+                    found = await self._disk_call("read", "get_many", keys) or {}
+                    for _, waiting in batch:
+                        if not waiting.done():
+                            waiting.set_result(found)
+        finally:
+            for _, waiting in self._wanted:  # closed meanwhile: those lookups miss
+                if not waiting.done():
+                    waiting.set_result({})
+            self._wanted = []
 
     # -- stores -----------------------------------------------------------------------
 
@@ -209,8 +243,12 @@ class ResultCache:
             key = keys[position]
             if key is None or result.error is not None:
                 continue
-            value = _encode(result)
-            if _decode(value) != result:
+            try:
+                value = _encode(result)
+            except (TypeError, ValueError, OverflowError):
+                counts["not_stored"] += 1
+                continue
+            if not _plain(result) and _decode(value) != result:
                 counts["not_stored"] += 1
                 continue
             self._remember(key, value)
@@ -237,42 +275,73 @@ class ResultCache:
             self._wake.clear()
             while self._pending:
                 batch, self._pending = self._pending, []
-                await self._disk_call("put_many", batch)
+                await self._disk_call("write", "put_many", batch)
             if self._closing:
                 return
 
-    async def _disk_call(self, name: str, arg: Any) -> Any:
-        """A disk call; a malformed file is rebuilt once, then the disk tier is dropped."""
-        for attempt in (1, 2):
-            disk = self._disk
-            if disk is None:
-                return None
-            try:
-                return await self._on_disk(getattr(disk, name), arg)
-            except (sqlite3.Error, OSError) as exc:
-                self._counts["disk_errors"] += 1
-                if attempt == 1 and isinstance(exc, sqlite3.DatabaseError):
-                    with contextlib.suppress(sqlite3.Error, OSError):
-                        await self._on_disk(disk.rebuild, f"SQLite failed during the run ({exc})")
-                        continue
-                self._drop_disk(disk, exc)
-        return None
-
-    def _drop_disk(self, disk: DiskStore, exc: BaseException) -> None:
-        self._disk = None
-        self._pending.clear()
-        disk.close()
-        warnings.warn(
-            f"result cache {disk.path}: {exc}; this run goes on with the memory cache only "
-            "(its results are not kept on disk)",
-            CacheWarning,
-            stacklevel=2,
-        )
+    async def _disk_call(self, role: str, name: str, arg: Any) -> Any:
+        """A call on the disk; a failure drops the disk tier for the rest of the run (the
+        next open checks the file, and moves it aside if it is bad)."""
+        tier = self._disk.get(role)
+        if tier is None:
+            return None
+        try:
+            return await tier.call(name, arg)
+        except (sqlite3.Error, OSError) as exc:
+            self._counts["disk_errors"] += 1
+            if self._disk:
+                path = tier.path
+                self._pending.clear()
+                await self._close_disk()
+                warnings.warn(
+                    f"result cache {path}: {exc}; this run goes on with the memory cache "
+                    "only (the next run checks the file, and rebuilds it if it is bad)",
+                    CacheWarning,
+                    stacklevel=2,
+                )
+            return None
 
     def statistics(self) -> CacheStatistics:
         return CacheStatistics(
             **self._counts,
             memory_entries=len(self._memory),
-            disk=None if self.directory is None else str(self.directory),
+            disk=None if self.directory is None else str(self.directory / FILE_NAME),
             measured=self.measured,
         )
+
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _plain(result: Result) -> bool:
+    """Whether msgpack keeps ``result`` exactly without checking: its output a plain
+    scalar, no extra (every other field is typed and round-trips exactly)."""
+    return type(result.output) in _PLAIN and not result.extra
+
+
+class _Tier:
+    """One connection to the cache file, on a thread of its own."""
+
+    def __init__(self, role: str) -> None:
+        self.role = role
+        self.store: DiskStore | None = None
+        self.path: Path | None = None
+        self._thread = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix=f"skynet-eval-cache-{role}"
+        )
+
+    async def open(self, directory: Path) -> None:
+        loop = asyncio.get_running_loop()
+        self.store = await loop.run_in_executor(self._thread, DiskStore.open, directory)
+        self.path = self.store.path
+
+    async def call(self, name: str, arg: Any) -> Any:
+        assert self.store is not None
+        fn = getattr(self.store, name)
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, arg)
+
+    async def close(self) -> None:
+        store, self.store = self.store, None
+        if store is not None:
+            await asyncio.get_running_loop().run_in_executor(self._thread, store.close)
+        self._thread.shutdown(wait=True)

@@ -125,20 +125,6 @@ class DiskStore:
                 )
                 return cls(path, _connect(path))
 
-    def rebuild(self, reason: str) -> None:
-        """The file went bad during a run: move it aside, warn, and start a new one."""
-        with contextlib.suppress(sqlite3.Error):
-            self._conn.close()
-        with _locked(self.path.parent):
-            aside = _move_aside(self.path)
-            warnings.warn(
-                f"result cache {self.path}: {reason}; moved it to {aside.name} and made a new "
-                "cache",
-                CacheWarning,
-                stacklevel=2,
-            )
-            self._conn = _connect(self.path)
-
     def get_many(self, keys: Sequence[bytes]) -> dict[bytes, bytes]:
         """The stored values of those ``keys`` that are in the cache."""
         found: dict[bytes, bytes] = {}
