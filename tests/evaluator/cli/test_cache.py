@@ -116,3 +116,18 @@ class TestCacheCommand:
         err = capsys.readouterr().err
         assert "holds no result cache" in err and "Traceback" not in err
         assert list(tmp_path.iterdir()) == []
+
+
+class TestWarnings:
+    @pytest.mark.filterwarnings("default::evaluator.CacheWarning")
+    def test_corrupt_cache_is_one_warning_line(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A corrupt cache file is one warning line on stderr naming where it was moved;
+        the command succeeds on the new cache."""
+        (tmp_path / "results.sqlite3").write_bytes(b"garbage" * 10)
+        assert main(["cache", "stats", str(tmp_path)]) == 0
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1, err
+        assert err[0].startswith("skynet-eval cache: warning: result cache ")
+        assert "moved it to results.sqlite3.bad-" in err[0]
