@@ -102,28 +102,16 @@ class DiskStore:
     @classmethod
     def open(cls, directory: Path) -> DiskStore:
         """Open (or make) the cache in ``directory``; a bad file is moved aside, with a
-        :class:`CacheWarning`, and a new one made."""
+        :class:`CacheWarning`, and a new one made. A directory that cannot hold a cache
+        (not writable, say) is a :class:`ConfigError` saying so."""
         try:
             directory.mkdir(parents=True, exist_ok=True)
+            with _locked(directory):
+                return cls(directory / FILE_NAME, _open_or_rebuild(directory / FILE_NAME))
         except OSError as exc:
-            raise ConfigError(
-                f"cannot be made: {exc.strerror or exc}; give a directory you can write",
-                option="cache",
-                value=str(directory),
-            ) from None
-        path = directory / FILE_NAME
-        with _locked(directory):
-            try:
-                return cls(path, _connect(path))
-            except _Unusable as bad:
-                aside = _move_aside(path)
-                warnings.warn(
-                    f"result cache {path}: {bad.reason}; moved it to {aside.name} and made a "
-                    "new cache (nothing is lost: the old file is kept as it was)",
-                    CacheWarning,
-                    stacklevel=2,
-                )
-                return cls(path, _connect(path))
+            raise _unusable_directory(directory, exc.strerror or str(exc)) from None
+        except _Unusable as bad:
+            raise _unusable_directory(directory, bad.reason) from None
 
     def get_many(self, keys: Sequence[bytes]) -> dict[bytes, bytes]:
         """The stored values of those ``keys`` that are in the cache."""
@@ -189,6 +177,30 @@ class _Unusable(Exception):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(reason)
+
+
+def _unusable_directory(directory: Path, why: str) -> ConfigError:
+    return ConfigError(
+        f"cannot hold a result cache ({why}); give a directory you can write, or move "
+        f"{FILE_NAME} out of it",
+        option="cache",
+        value=str(directory),
+    )
+
+
+def _open_or_rebuild(path: Path) -> sqlite3.Connection:
+    """A connection to the cache at ``path``; a bad file there is moved aside first."""
+    try:
+        return _connect(path)
+    except _Unusable as bad:
+        aside = _move_aside(path)
+        warnings.warn(
+            f"result cache {path}: {bad.reason}; moved it to {aside.name} and made a new "
+            "cache (nothing is lost: the old file is kept as it was)",
+            CacheWarning,
+            stacklevel=4,
+        )
+    return _connect(path)
 
 
 def _connect(path: Path) -> sqlite3.Connection:

@@ -299,6 +299,17 @@ class TestDisk:
         (kept,) = cache.glob("results.sqlite3.bad-*")
         assert sqlite3.connect(kept).execute("SELECT x FROM theirs").fetchall() == [(42,)]
 
+    async def test_a_directory_that_cannot_be_made_is_a_config_error(self, tmp_path: Path) -> None:
+        """A cache directory under a regular file fails at open with a ConfigError that
+        says the directory cannot hold a cache, and leaves nothing running."""
+        import threading
+
+        path = write(tmp_path, "metric.py", COUNTING)
+        ev = Evaluator(path, execution="inline", cache=path / "sub")
+        with pytest.raises(ConfigError, match="cannot hold a result cache"):
+            await ev.__aenter__()
+        assert not [t for t in threading.enumerate() if t.name.startswith("skynet-eval-cache")]
+
     def test_a_file_is_refused_as_directory(self, tmp_path: Path) -> None:
         """`cache` naming a file is a ConfigError that says to give a directory."""
         path = write(tmp_path, "metric.py", COUNTING)
