@@ -104,7 +104,8 @@ def bench_gepa(folder: Path, smoke: bool) -> None:
             stats = adapter.statistics()
         runs[cache] = (result, sum(after.scores) / len(after.scores), stats)
     (on, on_score, on_stats), (off, off_score, off_stats) = runs[True], runs[False]
-    hits = on_stats.cache.memory_hits if on_stats.cache is not None else 0
+    cache_stats = on_stats.cache
+    hits = 0 if cache_stats is None else cache_stats.memory_hits + cache_stats.disk_hits
     print(
         f"1. GEPA example, max_metric_calls={budget}, judge on the simulator (gpt-4o-mini prices)"
     )

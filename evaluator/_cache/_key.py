@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from .._dataset import Example
+from .._exceptions import ConfigError
 from .._loader import UserFunction
 from .._models import Models
 
@@ -69,7 +70,14 @@ def _digest(*parts: bytes) -> bytes:
 def _source(fn: UserFunction | None) -> bytes:
     if fn is None:
         return b"none"
-    return Path(fn.path).read_bytes()
+    try:
+        return Path(fn.path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(
+            f"keys results by the source of `{fn.name}`, but {fn.path} cannot be read "
+            f"({exc.strerror or exc}); load it from a file, or pass cache=False",
+            option="cache",
+        ) from None
 
 
 def _spec(fn: UserFunction) -> bytes:

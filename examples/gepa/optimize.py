@@ -113,9 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"candidates: {len(result.candidates)}, metric calls: {result.total_metric_calls}")
     cache = stats.cache
     if cache is not None:
+        hits = cache.memory_hits + cache.disk_hits
         print(
-            f"examples scored: {stats.examples}, of which {cache.memory_hits} from the cache "
-            f"({stats.examples - cache.memory_hits} executed)"
+            f"examples scored: {stats.examples}, of which {hits} from the cache "
+            f"({stats.examples - hits} executed)"
         )
     print(f"score: {mean_before:.3f} -> {mean_after:.3f}")
     print("best prompt:")

@@ -74,6 +74,30 @@ class TestGepaAdapter:
             assert calls == 6 and stats is None
 
 
+class TestShippedExample:
+    def test_same_score_fewer_examples_executed(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """examples/gepa/optimize.py with its cache (the default) reaches the score it
+        reaches with --no-cache, and executes fewer of the examples it scores."""
+        import importlib.util
+        import re
+
+        path = CLASSIFY.parent / "gepa" / "optimize.py"
+        spec = importlib.util.spec_from_file_location("_skynet_gepa_example_cache", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        printed = {}
+        for flags in ([], ["--no-cache"]):
+            assert module.main(["--max-metric-calls", "150", *flags]) == 0
+            printed[bool(flags)] = capsys.readouterr().out
+        on, off = printed[False], printed[True]
+        score = re.compile(r"score: ([0-9.]+) -> ([0-9.]+)")
+        assert score.search(on).groups() == score.search(off).groups()  # type: ignore[union-attr]
+        found = re.search(r"examples scored: (\d+), of which (\d+) from the cache", on)
+        assert found is not None, on
+        assert int(found.group(2)) > 0 and "from the cache" not in off
+
+
 class TestDspyMetric:
     def test_judge_is_paid_once_per_example_and_prediction(self) -> None:
         """The DSPy metric answers a repeated (example, prediction) from its cache: the
