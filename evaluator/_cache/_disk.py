@@ -164,8 +164,15 @@ class DiskStore:
         (count,) = conn.execute("SELECT count(*) FROM results").fetchone()
         conn.execute("DELETE FROM results")
         conn.execute("COMMIT")
-        conn.execute("VACUUM")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        # Giving the space back needs the file to itself: with a run reading it now, the
+        # entries are gone all the same and the space is reused by the next entries.
+        conn.execute("PRAGMA busy_timeout = 1000")
+        try:
+            with contextlib.suppress(sqlite3.OperationalError):
+                conn.execute("VACUUM")
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
         return int(count)
 
     def close(self) -> None:

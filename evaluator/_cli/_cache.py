@@ -8,12 +8,13 @@ foreign file is moved aside and replaced by an empty cache, with a warning, as a
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 from pathlib import Path
 
 from evaluator._cache import DiskStore
 
-from ._main import EXIT_OK
+from ._main import EXIT_FAILED, EXIT_OK
 from ._options import CacheOptions
 from ._output import write_json
 
@@ -31,6 +32,14 @@ def _size(n: int) -> str:
 
 def execute(options: CacheOptions) -> int:
     """Print the cache's statistics, or clear it."""
+    try:
+        return _execute(options)
+    except sqlite3.Error as exc:  # busy past the timeout, a disk error: say so, no traceback
+        print(f"skynet-eval cache: error: {options.directory}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _execute(options: CacheOptions) -> int:
     store = DiskStore.open(Path(options.directory))
     try:
         if options.action == "clear":

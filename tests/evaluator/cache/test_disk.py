@@ -126,6 +126,22 @@ class TestStatsAndClear:
         assert store.stats().entries == 0 and store.get_many([bytes([1]) * 16]) == {}
         store.close()
 
+    def test_clear_while_a_run_reads(self, tmp_path: Path) -> None:
+        """clear while another connection holds a read snapshot deletes the entries (a
+        new reader sees none) instead of failing; the space comes back later."""
+        store = DiskStore.open(tmp_path)
+        store.put_many([(bytes([i]) * 16, b"value") for i in range(10)])
+        reader = sqlite3.connect(tmp_path / FILE_NAME, isolation_level=None)
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT count(*) FROM results").fetchone() == (10,)
+        other = DiskStore.open(tmp_path)
+        assert other.clear() == 10
+        reader.execute("COMMIT")
+        assert store.stats().entries == 0
+        for conn in (store, other):
+            conn.close()
+        reader.close()
+
     def test_a_stored_key_keeps_its_first_value(self, tmp_path: Path) -> None:
         """Storing a key twice (two runs racing on one example) keeps one value."""
         store = DiskStore.open(tmp_path)
