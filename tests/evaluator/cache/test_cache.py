@@ -258,6 +258,29 @@ class TestDisk:
             again = await ev.evaluate_many(None, data)
         assert all(r.cached for r in again)
 
+    async def test_a_file_overwritten_mid_run(self, tmp_path: Path, count_file: Path) -> None:
+        """The cache file overwritten while a run uses it (another program, a bad copy):
+        a CacheWarning, the run goes on from memory with every result right, and the next
+        run moves the bad file aside and starts a new cache."""
+        cache = tmp_path / "c"
+        metric = write(tmp_path, "metric.py", COUNTING)
+        first = [dict(r, output="a") for r in rows(300)]
+        more = [dict(r, id=f"m{r['id']}", output="a") for r in rows(300)]
+        async with Evaluator(metric, execution="inline", cache=cache) as ev:
+            await ev.evaluate_many(None, first)
+            for name in ("results.sqlite3", "results.sqlite3-wal"):
+                path = cache / name
+                if path.exists():
+                    path.write_bytes(b"\xff" * path.stat().st_size)
+            with pytest.warns(CacheWarning, match="memory cache only"):
+                fresh = await ev.evaluate_many(None, more)
+            again = await ev.evaluate_many(None, first + more)
+        assert all(r.ok for r in fresh) and all(r.cached for r in again)
+        with pytest.warns(CacheWarning, match="moved it to"):
+            async with Evaluator(metric, execution="inline", cache=cache) as ev:
+                await ev.evaluate_many(None, first[:3])
+        assert counted(count_file) == 603
+
     async def test_foreign_database_is_not_touched(self, tmp_path: Path, count_file: Path) -> None:
         """Another program's SQLite file is moved aside unchanged, with a warning."""
         import sqlite3
