@@ -199,17 +199,21 @@ class ResultCache:
         found = await self._read(wanted)
         if not found:
             return
-        self._counts["disk_hits"] += len(found)
+        hits = 0  # the batch's reply may hold other chunks' keys too: count this chunk's
         for i, key in enumerate(keys):
             if values[i] is None and key is not None and (value := found.get(key)) is not None:
                 values[i] = value
+                hits += 1
                 self._remember(key, value)
+        self._counts["disk_hits"] += hits
 
     async def _read(self, wanted: list[bytes]) -> dict[bytes, bytes]:
         """The stored values of ``wanted``, read together with other chunks' lookups."""
+        reader = self._reader
+        if reader is None or reader.done() or self._wake_reader is None:
+            return {}  # closing: a miss
         future: asyncio.Future[dict[bytes, bytes]] = asyncio.get_running_loop().create_future()
         self._wanted.append((wanted, future))
-        assert self._wake_reader is not None
         self._wake_reader.set()
         return await future
 

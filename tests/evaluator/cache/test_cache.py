@@ -238,6 +238,30 @@ class TestDisk:
         assert all(r.cached for r in results)
         assert stats is not None and stats.disk_hits == 5
 
+    async def test_concurrent_lookups_share_reads_and_count_right(
+        self, tmp_path: Path, count_file: Path
+    ) -> None:
+        """Eight evaluations at once on a fresh Evaluator each get their own examples'
+        results from disk, and the hits are counted once each."""
+        import asyncio
+
+        metric = write(tmp_path, "metric.py", COUNTING)
+        batches = [[dict(r, id=f"b{b}-{r['id']}", output="a") for r in rows(5)] for b in range(8)]
+        async with Evaluator(metric, execution="inline", cache=tmp_path / "c") as ev:
+            await ev.evaluate_many(None, [r for batch in batches for r in batch])
+        async with Evaluator(metric, execution="inline", cache=tmp_path / "c") as ev:
+            got = await asyncio.gather(*(ev.evaluate_many(None, batch) for batch in batches))
+            stats = ev.cache_statistics()
+        for batch, results in zip(batches, got, strict=True):
+            assert [r.example_id for r in results] == [row["id"] for row in batch]
+            assert all(r.cached for r in results)
+        assert stats is not None and (stats.disk_hits, stats.memory_hits, stats.misses) == (
+            40,
+            0,
+            0,
+        )
+        assert counted(count_file) == 40
+
     async def test_corrupt_file_is_moved_aside_and_rebuilt(
         self, tmp_path: Path, count_file: Path
     ) -> None:
