@@ -12,6 +12,8 @@ import importlib
 import typing
 
 if typing.TYPE_CHECKING:
+    from ._cache import CacheStatistics as CacheStatistics
+    from ._cache import CacheWarning as CacheWarning
     from ._check import CheckStep as CheckStep
     from ._check import ContractReport as ContractReport
     from ._check import check_contract as check_contract
@@ -45,6 +47,7 @@ if typing.TYPE_CHECKING:
     from ._pipeline import Evaluator as Evaluator
     from ._pipeline import EvaluatorStatistics as EvaluatorStatistics
     from ._pipeline import ResultStream as ResultStream
+    from ._report import CacheSummary as CacheSummary
     from ._report import Latency as Latency
     from ._report import ModelBudget as ModelBudget
     from ._report import NamedScore as NamedScore
@@ -70,6 +73,8 @@ if typing.TYPE_CHECKING:
 
 #: Where each public name lives.
 _WHERE = {
+    "CacheStatistics": "._cache",
+    "CacheWarning": "._cache",
     "CheckStep": "._check",
     "ContractReport": "._check",
     "check_contract": "._check",
@@ -103,6 +108,7 @@ _WHERE = {
     "Evaluator": "._pipeline",
     "EvaluatorStatistics": "._pipeline",
     "ResultStream": "._pipeline",
+    "CacheSummary": "._report",
     "Latency": "._report",
     "ModelBudget": "._report",
     "NamedScore": "._report",
@@ -129,6 +135,9 @@ _WHERE = {
 
 __all__ = [
     "ERROR_KINDS",
+    "CacheStatistics",
+    "CacheSummary",
+    "CacheWarning",
     "CheckStep",
     "Comparison",
     "ConfigError",

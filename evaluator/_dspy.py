@@ -49,9 +49,11 @@ import msgspec
 
 from . import _failures as failures
 from ._background import BackgroundEngine, EngineClosedError
+from ._cache import KeyMaker, depends_on_measurements
 from ._context import CallContext, call_context
 from ._contract import short_repr, validate_return
 from ._copy import private_copy
+from ._dataset import Example
 from ._exceptions import STEP_RUNS, ConfigError, ContractError, InvalidReturn
 from ._lm import check_keys, resolve_models, simulator_config
 from ._loader import UserFunction, _arity, load_metric
@@ -214,6 +216,9 @@ class DSPyMetricStatistics(msgspec.Struct, frozen=True, kw_only=True):
     failures: dict[str, int]
     judge: Usage
     model: str | None
+    cached: int = 0
+    """Calls answered from the result cache: the same metric, example and prediction
+    scored before (their judge calls are not paid again, nor counted in ``judge``)."""
 
 
 class _Tally:
@@ -280,6 +285,7 @@ class DSPyMetric:
         *,
         output_field: str | None = None,
         engine: BackgroundEngine | None = None,
+        cache: bool = True,
     ) -> None:
         self.metric = metric
         self.output_field = output_field
@@ -289,6 +295,7 @@ class DSPyMetric:
         self._tokens = itertools.count(1)
         self._tally = _Tally(metric)
         self._no_model = _NoModel(metric.path)
+        self._cache = _ScoreCache.build(metric, engine) if cache else None
         # Runs engine.close() once: on close(), when the metric is collected, or at exit.
         self._finalizer = (
             None if engine is None else weakref.finalize(self, engine.close, EXIT_TIMEOUT)
@@ -340,6 +347,7 @@ class DSPyMetric:
             failures=dict(tally.failures),
             judge=engine.usage() if engine is not None else Usage(),
             model=judge.model if judge is not None else None,
+            cached=self._cache.hits if self._cache is not None else 0,
         )
 
     # -- calls ----------------------------------------------------------------------------
@@ -427,6 +435,18 @@ class DSPyMetric:
         """Call the user's ``score`` on one DSPy example and check its return value."""
         example_id = self.example_id(gold)
         inputs, output, expected = self.arguments(gold, pred, example_id)
+        cache = self._cache
+        if self.engine is not None and self.engine.closed:
+            cache = None  # a closed metric refuses every call, cached or not
+        key = None if cache is None else cache.key(inputs, output, expected)
+        if key is not None and cache is not None and (hit := cache.get(key)) is not None:
+            return hit
+        scored = self._scored(example_id, inputs, output, expected)
+        if key is not None and cache is not None:
+            cache.put(key, scored)
+        return scored
+
+    def _scored(self, example_id: Any, inputs: Any, output: Any, expected: Any) -> Scored:
         fn = self.metric
         args = (inputs, output, expected)[: fn.arity]
         engine = self.engine
@@ -442,6 +462,43 @@ class DSPyMetric:
             finally:
                 engine.settle(token)
         return validate_return(raw, example_id)
+
+
+class _ScoreCache:
+    """The DSPy metric's memory cache: a valid ``Scored`` per (input, output, expected),
+    keyed as the Evaluator's cache is (the metric's source, its REWARD_SPEC, the judge's
+    settings). A metric whose file cannot be read (a function typed at a prompt) has none;
+    one scored on measured speed or cost has none either (DSPy gives it no measurements
+    of its own, so nothing would say which ones a cached score was made with)."""
+
+    __slots__ = ("_lock", "_seen", "candidate", "hits", "keys")
+
+    def __init__(self, keys: KeyMaker) -> None:
+        self.keys = keys
+        self.candidate = keys.candidate(None) or b""
+        self._seen: dict[bytes, Scored] = {}
+        self._lock = threading.Lock()
+        self.hits = 0
+
+    @classmethod
+    def build(cls, metric: UserFunction, engine: BackgroundEngine | None) -> _ScoreCache | None:
+        if not Path(metric.path).is_file() or depends_on_measurements(metric):
+            return None
+        return cls(KeyMaker(metric, None, engine.models if engine is not None else Models()))
+
+    def key(self, inputs: Any, output: Any, expected: Any) -> bytes | None:
+        example = Example(id=None, input=inputs, expected=expected, output=output)
+        return self.keys.keys(self.candidate, [example])[0]
+
+    def get(self, key: bytes) -> Scored | None:
+        hit = self._seen.get(key)
+        if hit is not None:
+            with self._lock:
+                self.hits += 1
+        return hit
+
+    def put(self, key: bytes, scored: Scored) -> None:
+        self._seen.setdefault(key, scored)
 
 
 def _called(fn: UserFunction, args: tuple[Any, ...]) -> Any:
@@ -461,6 +518,7 @@ def to_dspy_metric(
     rpm: float | None = None,
     tpm: float | None = None,
     simulator: Any = None,
+    cache: bool = True,
 ) -> DSPyMetric:
     """The user's ``score`` as a metric for ``dspy.Evaluate``, bootstrapping and ``dspy.GEPA``.
 
@@ -483,6 +541,12 @@ def to_dspy_metric(
 
     Use the result as a context manager, or call ``close()``, to release the judge's
     engine; ``statistics()`` reports the calls, failures by kind and the judge's cost.
+
+    ``cache`` (on by default; ``cache=False`` to opt out) keeps each valid score in memory
+    for the life of the metric, keyed by the metric's source, the example's fields, the
+    prediction and the judge's settings: DSPy scores the same (example, prediction) again
+    and again, and a judge call already paid for is not paid twice. Failures are never
+    cached, and a metric scored on speed or cost is never cached.
     """
     fn = _as_user_function(metric)
     judge = resolve_models(
@@ -496,7 +560,7 @@ def to_dspy_metric(
                 "the simulator serves, e.g. 'openai/gpt-4o-mini')",
                 option="simulator",
             )
-        return DSPyMetric(fn, output_field=output_field)
+        return DSPyMetric(fn, output_field=output_field, cache=cache)
     if served_by is None:
         check_keys(judge)
     engine = BackgroundEngine(
@@ -505,4 +569,4 @@ def to_dspy_metric(
         options=judge.options,
         name=f"skynet-dspy-judge ({fn.path.name})",
     )
-    return DSPyMetric(fn, output_field=output_field, engine=engine)
+    return DSPyMetric(fn, output_field=output_field, engine=engine, cache=cache)

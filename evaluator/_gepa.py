@@ -140,9 +140,15 @@ class EvaluatorAdapter:
         ``Evaluator``. ``rpm``/``tpm`` limit every model; ``simulator`` (a
         ``SimulatorConfig``, a dict of its fields or a JSON file) serves them all from a
         local simulator, with no key. Keys are read here, before anything runs.
+
+        The result cache is on, in memory, unless ``cache=False``: GEPA re-scores the
+        parent on each minibatch and accepted candidates on the valset, and an
+        (artifact, example) pair scored once is not paid for again. ``cache="DIR"``
+        keeps results on disk too, across runs (see ``Evaluator``).
         """
         from ._pipeline import Evaluator
 
+        evaluator_options.setdefault("cache", True)
         judge = resolve_models(
             lm=metric_lm,
             reflection_lm=reflection_lm,

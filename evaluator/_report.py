@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import msgspec
 
@@ -146,6 +147,81 @@ def combine_clusters(*summaries: ClusterSummary | None) -> ClusterSummary | None
     )
 
 
+class CacheSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """What the result cache saved in one evaluation.
+
+    ``requested`` examples were asked for (resumed ones aside); ``executed`` of them ran
+    now and ``cached`` came from the cache. Costs are the program's and the judge's
+    together: ``cost_spent_usd`` is what the executed examples cost now,
+    ``cost_represented_usd`` what all the results cost when they were made, and
+    ``cost_saved_usd`` the difference (what the cached results cost then). Each is None
+    when some of its results' cost was not measured. ``measured_kept``: the metric's
+    scores depend on measured speed or cost, and cached results keep the measurements
+    they were scored with. The tier counts come from the Evaluator's cache, when known.
+    """
+
+    requested: int
+    executed: int
+    cached: int
+    cost_spent_usd: float | None
+    cost_represented_usd: float | None
+    cost_saved_usd: float | None
+    measured_kept: bool = False
+    memory_hits: int | None = None
+    disk_hits: int | None = None
+    stored: int | None = None
+    uncacheable: int | None = None
+    disk: str | None = None
+
+
+class _CacheTally:
+    """The cache's part of a ReportBuilder: results from the cache, and what they cost."""
+
+    __slots__ = ("cached", "executed", "saved", "saved_unmeasured", "spent", "spent_unmeasured")
+
+    def __init__(self) -> None:
+        self.cached = self.executed = self.spent_unmeasured = self.saved_unmeasured = 0
+        self.spent = self.saved = 0.0
+
+    def add(self, result: Result) -> None:
+        obs = result.observation
+        program = 0.0 if obs.duration_ms is None else obs.cost_usd
+        judge = result.judge.cost_usd
+        cost = None if program is None or judge is None else program + judge
+        if result.cached:
+            self.cached += 1
+            if cost is None:
+                self.saved_unmeasured += 1
+            else:
+                self.saved += cost
+        else:
+            self.executed += 1
+            if cost is None:
+                self.spent_unmeasured += 1
+            else:
+                self.spent += cost
+
+    def summary(self, stats: Any) -> CacheSummary | None:
+        if stats is None and not self.cached:
+            return None
+        spent = None if self.spent_unmeasured else self.spent
+        saved = None if self.saved_unmeasured else self.saved
+        return CacheSummary(
+            requested=self.cached + self.executed,
+            executed=self.executed,
+            cached=self.cached,
+            cost_spent_usd=spent,
+            cost_represented_usd=None if spent is None or saved is None else spent + saved,
+            cost_saved_usd=saved,
+            measured_kept=bool(getattr(stats, "measured", False)) and self.cached > 0,
+            memory_hits=getattr(stats, "memory_hits", None),
+            disk_hits=getattr(stats, "disk_hits", None),
+            stored=getattr(stats, "stored", None),
+            uncacheable=getattr(stats, "uncacheable", None),
+            disk=getattr(stats, "disk", None),
+        )
+
+
 class Report(msgspec.Struct, frozen=True, kw_only=True):
     """Counts, means, latency, throughput and cost of one evaluation."""
 
@@ -181,6 +257,8 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     model_budgets: tuple[ModelBudget, ...] = ()
     cluster: ClusterSummary | None = None
     """The Ray cluster's part, for a run with a stage on ``execution="ray"``."""
+    cache: CacheSummary | None = None
+    """Requested vs executed examples and the cost the cache saved (None: no cache)."""
 
     @property
     def error_count(self) -> int:
@@ -260,6 +338,7 @@ class ReportBuilder:
         self.restart_clock()
         self._first_new: float | None = None
         self._new = 0
+        self._cache = _CacheTally()
 
     def add(self, result: Result, *, resumed: bool = False) -> None:
         """Count one result. ``resumed``: it came from an earlier run (not in throughput)."""
@@ -268,6 +347,7 @@ class ReportBuilder:
             self.resumed += 1
         else:
             self._new += 1
+            self._cache.add(result)
         error = result.error
         if error is None:
             self.ok += 1
@@ -344,10 +424,12 @@ class ReportBuilder:
         executors: tuple[StageExecution, ...] = (),
         model_budgets: tuple[ModelBudget, ...] = (),
         cluster: ClusterSummary | None = None,
+        cache: Any = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> Report:
         """The report of what was added so far; ``executors`` and ``model_budgets`` say
-        how the engine ran (``Evaluator.build_report`` passes them)."""
+        how the engine ran, ``cache`` the result cache's statistics
+        (``Evaluator.build_report`` passes them)."""
         wall = clock() - self._started if wall_s is None else wall_s
         named = {
             name: NamedScore(total / count, int(count))
@@ -389,6 +471,7 @@ class ReportBuilder:
             executors=executors,
             model_budgets=model_budgets,
             cluster=cluster,
+            cache=self._cache.summary(cache),
         )
 
 
@@ -408,6 +491,7 @@ def report_rows(report: Report, *, option_flags: dict[str, str] | None = None) -
         *_count_rows(report),
         *_latency_rows(report),
         *_cost_rows(report),
+        *_cache_rows(report.cache),
         *_engine_rows(report, option_flags or {}),
     ]
 
@@ -465,6 +549,39 @@ def _cost_rows(report: Report) -> Rows:
         rows.append(("model calls", calls))
         rows.append(("tokens in / out", f"{report.input_tokens:,} / {report.output_tokens:,}"))
         rows.append(("429s / retries", f"{report.rate_limited:,} / {report.retries:,}"))
+    return rows
+
+
+def _cache_rows(cache: CacheSummary | None) -> Rows:
+    if cache is None:
+        return []
+
+    def usd(value: float | None) -> str:
+        return "unmeasured" if value is None else f"${value:.6f}"
+
+    tiers = ""
+    if cache.memory_hits is not None and cache.disk_hits is not None:
+        tiers = f" (memory {cache.memory_hits:,}, disk {cache.disk_hits:,})"
+    rows: Rows = [
+        (
+            "cache",
+            f"{cache.cached:,} of {cache.requested:,} examples from the cache{tiers}, "
+            f"{cache.executed:,} executed",
+        ),
+        (
+            "cost now / represented",
+            f"{usd(cache.cost_spent_usd)} spent / {usd(cache.cost_represented_usd)}; "
+            f"saved {usd(cache.cost_saved_usd)}",
+        ),
+    ]
+    if cache.measured_kept:
+        rows.append(
+            (
+                "cached measurements",
+                "the metric scores speed or cost: cached results keep the measurements "
+                "they were scored with",
+            )
+        )
     return rows
 
 

@@ -121,6 +121,10 @@ class Result(msgspec.Struct, gc=False):
     metric_ms: float | None = None
     output: Any = None
     extra: dict[str, Any] = {}
+    cached: bool = False
+    """Taken from the result cache: the result of an earlier run of the same example,
+    artifact, metric, program and models (its observation and judge usage are that
+    run's: nothing was spent for it now)."""
 
     @property
     def ok(self) -> bool:

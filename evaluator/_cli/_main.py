@@ -18,15 +18,19 @@ shell reports a process that a signal ended, so that a supervisor or a CI script
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from evaluator import ConfigError, EvaluationError
 
 from ._loop import Interrupted
 from ._options import (
+    CacheOptions,
     CheckOptions,
     CommandOptions,
     JudgesOptions,
@@ -68,6 +72,7 @@ COMMANDS = (
     Command("judges", JudgesOptions, "evaluator._cli._judges"),
     Command("report", ReportOptions, "evaluator._cli._report"),
     Command("simulator", SimulatorOptions, "evaluator._cli._simulator"),
+    Command("cache", CacheOptions, "evaluator._cli._cache"),
 )
 
 
@@ -130,8 +135,30 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _execute(command: Command, args: argparse.Namespace) -> int:
     options = command.options.from_args(args)
     module = importlib.import_module(command.module)
-    code: int = module.execute(options)
+    with _one_line_warnings(command.name):
+        code: int = module.execute(options)
     return code
+
+
+@contextlib.contextmanager
+def _one_line_warnings(name: str) -> Iterator[None]:
+    """The result cache's warnings as one line each (``skynet-eval run: warning: ...``),
+    not Python's two, with a file and a line of the engine's; others as they were."""
+    from evaluator._cache import CacheWarning
+
+    original = warnings.showwarning
+
+    def show(message: Any, category: Any, *rest: Any, **options: Any) -> None:
+        if isinstance(category, type) and issubclass(category, CacheWarning):
+            print(f"skynet-eval {name}: warning: {message}", file=sys.stderr)
+        else:
+            original(message, category, *rest, **options)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = original
 
 
 def user_mistake(exc: BaseException) -> BaseException | None:

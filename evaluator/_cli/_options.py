@@ -325,6 +325,45 @@ class ServingOptions:
         )
 
 
+# -- cache ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CacheOptions:
+    """``skynet-eval cache stats|clear DIR``."""
+
+    HELP: ClassVar[str] = "look after a result cache: its size, or empty it"
+    DESCRIPTION: ClassVar[str] = (
+        "stats: the entries, size and age of the result cache in DIR (as made by "
+        "`run --cache DIR`); clear: delete its entries and give the space back."
+    )
+
+    action: str
+    directory: str
+    json: bool = False
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("action", choices=("stats", "clear"), help="what to do")
+        parser.add_argument("directory", metavar="DIR", help="the cache directory")
+        parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Self:
+        from evaluator._cache import FILE_NAME as CACHE_FILE
+        from evaluator._cache import check_directory
+
+        directory = check_directory(args.directory, option="directory")
+        if not (directory / CACHE_FILE).is_file():
+            raise ConfigError(
+                f"holds no result cache ({CACHE_FILE} is not there); give the DIR that "
+                "`skynet-eval run --cache DIR` was given",
+                option="directory",
+                value=args.directory,
+            )
+        return cls(action=args.action, directory=str(directory), json=args.json)
+
+
 # -- check ------------------------------------------------------------------------------
 
 
@@ -398,6 +437,7 @@ class RunOptions:
     ray_address: str | None = None
     serving: ServingOptions = ServingOptions()
     json: bool = False
+    cache: str | None = None
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -456,6 +496,12 @@ class RunOptions:
             metavar="ADDRESS",
             help="the Ray cluster of --execution ray: 'auto' (the one `ray start --head` "
             "started here), HOST:PORT or ray://HOST:PORT (default: a local instance)",
+        )
+        parser.add_argument(
+            "--cache",
+            metavar="DIR",
+            help="keep results in DIR and take from it the results of examples already run "
+            "with the same files, artifact and models (shared by concurrent runs)",
         )
 
     @staticmethod
@@ -525,7 +571,16 @@ class RunOptions:
             ray_address=validate_ray_address(args.ray_address),
             serving=ServingOptions.from_args(args, _run_models(args)),
             json=args.json,
+            cache=_cache_directory(args.cache),
         )
+
+
+def _cache_directory(path: str | None) -> str | None:
+    if path is None:
+        return None
+    from evaluator._cache import check_directory
+
+    return str(check_directory(path))
 
 
 def _run_output(path: str | None, *, resume: bool) -> tuple[str | None, tuple[str, ...]]:

@@ -201,6 +201,7 @@ async def _main(
             program_execution=options.program_execution,
             ray_address=options.ray_address,
             models=_models(configs, serving.simulator_url),
+            cache=options.cache,
         ) as ev,
     ):
         plan.builder.failure_score = ev.failure_score

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 from collections.abc import AsyncIterable, Hashable, Iterable
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ import msgspec
 from llm_client import ModelConfig
 
 from .._aio import shielded
+from .._cache import CacheStatistics, KeyMaker, ResultCache, check_directory
+from .._cache import depends_on_measurements as _depends_on_measurements
 from .._calls import LLMHandler
 from .._context import Stage
 from .._exceptions import ConfigError
@@ -82,6 +85,8 @@ class EvaluatorStatistics(msgspec.Struct, frozen=True, kw_only=True):
     """The rate budget in force for each model (empty until opened)."""
     cluster: ClusterSummary | None = None
     """The Ray cluster's part, when a stage runs on ``execution="ray"``."""
+    cache: CacheStatistics | None = None
+    """The result cache's lookups, hits and stores (None when it is off)."""
 
 
 class ExecutionChoice(msgspec.Struct, frozen=True, kw_only=True):
@@ -176,6 +181,18 @@ def _ray_address(address: Any, *executions: str | None) -> str | None:
     return checked
 
 
+CacheOption = bool | str | os.PathLike[str] | None
+
+
+def _cache_option(value: Any) -> tuple[bool, Path | None]:
+    """``cache``: off (None, False), memory only (True), or memory and disk (a directory)."""
+    if value is None or value is False:
+        return False, None
+    if value is True:
+        return True, None
+    return True, check_directory(value)
+
+
 def _failure_score(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ConfigError(
@@ -208,6 +225,11 @@ class Evaluator:
     ``skynet.llm``. An error result scores ``failure_score``.
     ``ray_address`` is the Ray cluster of a stage on "ray" ("auto", "HOST:PORT",
     "ray://HOST:PORT"; None: a local instance started and stopped with the Evaluator).
+    ``cache`` keeps each example's result without an error, keyed by everything that can
+    change it (metric and program sources, ``REWARD_SPEC``, the artifact, the example,
+    the models' settings): ``True`` in memory for the life of the Evaluator, a directory
+    in memory and on disk (``DIR/results.sqlite3``, shared by concurrent runs), ``None``
+    (the default) or ``False`` off. A result from the cache says ``cached=True``.
 
     Pools, model clients and processes are created by ``async with`` inside the running
     loop and released when it exits; a closed Evaluator cannot be reopened. Concurrent
@@ -230,6 +252,7 @@ class Evaluator:
         max_calls_per_worker: int | None = None,
         memory_limit_mb: int | None = None,
         ray_address: str | None = None,
+        cache: CacheOption = None,
     ) -> None:
         self.timeout = validate_timeout(timeout, "timeout", upper=MAX_TIMEOUT)
         self.program_timeout = (
@@ -273,6 +296,9 @@ class Evaluator:
         self.metric_execution = self.metric_choice.kind
         self.program_execution = None if self.program_choice is None else self.program_choice.kind
         self.ray_address = _ray_address(ray_address, self.metric_execution, self.program_execution)
+        cache_on, self.cache_dir = _cache_option(cache)
+        self._cache_keys = KeyMaker(self.metric, self.program, self.models) if cache_on else None
+        self._cache: ResultCache | None = None
         self._state = "new"
         self._stack: contextlib.AsyncExitStack | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -290,6 +316,14 @@ class Evaluator:
         self._loop = asyncio.get_running_loop()
         stack = contextlib.AsyncExitStack()
         try:
+            if self._cache_keys is not None:
+                self._cache = await stack.enter_async_context(
+                    ResultCache(
+                        self._cache_keys,
+                        directory=self.cache_dir,
+                        measured=_depends_on_measurements(self.metric),
+                    )
+                )
             router = await stack.enter_async_context(ModelRouter(self.models))
             metric = await stack.enter_async_context(self._open("score", router))
             program = None
@@ -301,7 +335,7 @@ class Evaluator:
             self._state = "closed"
             await shielded(stack.aclose())
             raise
-        self._flow.attach(metric, program, router)
+        self._flow.attach(metric, program, router, self._cache)
         self._stack = stack
         self._state = "open"
         return self
@@ -423,7 +457,12 @@ class Evaluator:
             executors=self._executors(),
             model_budgets=self._budgets(),
             cluster=self._cluster(),
+            cache=self.cache_statistics(),
         )
+
+    def cache_statistics(self) -> CacheStatistics | None:
+        """The result cache's lookups, hits and stores (None when it is off or unopened)."""
+        return None if self._cache is None else self._cache.statistics()
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
@@ -451,6 +490,7 @@ class Evaluator:
             executors=self._executors(),
             model_budgets=self._budgets(),
             cluster=self._cluster(),
+            cache=self.cache_statistics(),
         )
 
     def _executors(self) -> tuple[StageExecution, ...]:

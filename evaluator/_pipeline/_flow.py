@@ -33,6 +33,7 @@ from typing import Any, cast
 from llm_client import Share
 
 from .._aio import shielded, unwrap_group
+from .._cache import ResultCache
 from .._calls import Outcome
 from .._dataset import Example, _row_to_example
 from .._executors._base import Executor
@@ -147,6 +148,7 @@ class Flow:
         self.metric: Executor | None = None
         self.program: Executor | None = None
         self.router: ModelRouter | None = None
+        self.cache: ResultCache | None = None
         self.sizer = Sizer()
         self.streams: set[asyncio.Task[None]] = set()
         self.next_token = 0
@@ -157,8 +159,14 @@ class Flow:
         self.metric_slots = FairSlots(lambda: self.capacity(self.metric))
         self.program_slots = FairSlots(lambda: self.capacity(self.program))
 
-    def attach(self, metric: Executor, program: Executor | None, router: ModelRouter) -> None:
-        self.metric, self.program, self.router = metric, program, router
+    def attach(
+        self,
+        metric: Executor,
+        program: Executor | None,
+        router: ModelRouter,
+        cache: ResultCache | None = None,
+    ) -> None:
+        self.metric, self.program, self.router, self.cache = metric, program, router, cache
         router.share_of = self.tenants.share_of
 
     # -- bounds -----------------------------------------------------------------------
@@ -261,12 +269,10 @@ class Flow:
         self.next_token = base + n
         self.tenants.add(base, n, share)
         try:
-            if self.program is not None:
-                results, errors = await self._with_program(
-                    self.program, artifact, examples, base, share
-                )
+            if self.cache is not None:
+                results, errors = await self._cached(self.cache, artifact, examples, base, share)
             else:
-                results, errors = await self._score_only(examples, base, share)
+                results, errors = await self._stages(artifact, examples, base, share)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is None or task.cancelling():
@@ -293,6 +299,32 @@ class Flow:
             return await executor.submit(calls)
         finally:
             slots.release(units)
+
+    async def _stages(
+        self, artifact: Any, examples: list[Example], base: int, share: Share | None
+    ) -> tuple[list[Result], int]:
+        if self.program is not None:
+            return await self._with_program(self.program, artifact, examples, base, share)
+        return await self._score_only(examples, base, share)
+
+    async def _cached(
+        self,
+        cache: ResultCache,
+        artifact: Any,
+        examples: list[Example],
+        base: int,
+        share: Share | None,
+    ) -> tuple[list[Result], int]:
+        """The cache's hits, and the stages for its misses (stored when they succeed)."""
+        found = await cache.lookup(artifact, examples)
+        if not found.misses:
+            return found.merge(()), 0
+        fresh, errors = await self._stages(artifact, found.misses, base, share)
+        if len(fresh) != len(found.misses):  # one result per example, whatever happened
+            fresh, lost = assembly.complete(found.misses, fresh, self.failure_score)
+            errors += lost
+        cache.store(found, fresh)
+        return found.merge(fresh), errors
 
     async def _with_program(
         self,

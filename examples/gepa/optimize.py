@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-metric-calls", type=int, default=300)
     parser.add_argument("--execution", default="inline", help="where the metric runs")
     parser.add_argument("--classify", type=Path, default=CLASSIFY, help="the example's folder")
+    parser.add_argument(
+        "--no-cache", action="store_true", help="score every (candidate, example) again"
+    )
     args = parser.parse_args(argv)
     folder: Path = args.classify
 
@@ -90,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         metric=str(folder / "metric.py"),
         program=str(folder / "program.py"),
         execution=args.execution,
+        cache=not args.no_cache,
     ) as adapter:
         result = gepa.optimize(
             seed_candidate=seed,
@@ -103,9 +107,17 @@ def main(argv: list[str] | None = None) -> int:
         )
         before = adapter.evaluate(rows, seed)
         after = adapter.evaluate(rows, result.best_candidate)
+        stats = adapter.statistics()
     mean_before = sum(before.scores) / len(before.scores)
     mean_after = sum(after.scores) / len(after.scores)
     print(f"candidates: {len(result.candidates)}, metric calls: {result.total_metric_calls}")
+    cache = stats.cache
+    if cache is not None:
+        hits = cache.memory_hits + cache.disk_hits
+        print(
+            f"examples scored: {stats.examples}, of which {hits} from the cache "
+            f"({stats.examples - hits} executed)"
+        )
     print(f"score: {mean_before:.3f} -> {mean_after:.3f}")
     print("best prompt:")
     print(result.best_candidate["prompt"].rstrip())

@@ -14,6 +14,7 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 @pytest.mark.parametrize(
     "name",
     [
+        "bench_cache.py",
         "bench_cpu.py",
         "bench_dspy_judge.py",
         "bench_e2e.py",

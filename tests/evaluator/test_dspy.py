@@ -496,7 +496,9 @@ class TestJudgeUnderDspy:
         ]
         assert feedback and all(text.startswith(("PASS", "FAIL")) for text in feedback), feedback
         assert stats.failures == {}
-        assert stats.judge.llm_calls == stats.calls == sum(forms.values())
+        # DSPy scores the same (example, prediction) again and again: the cache pays once.
+        assert stats.judge.llm_calls + stats.cached == stats.calls == sum(forms.values())
+        assert stats.cached > 0
 
     def test_simulator_option_serves_the_judge_without_a_key(self, questions: list[Any]) -> None:
         """simulator= serves the judge from a local simulator; no key is needed."""

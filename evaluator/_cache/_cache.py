@@ -1,0 +1,351 @@
+"""The result cache an Evaluator consults before it runs an example.
+
+Two tiers: a dict in memory, for the life of the Evaluator, in front of an optional
+:class:`~evaluator._cache._disk.DiskStore`. A chunk's lookup is one pass over the memory
+tier and, for what it misses, one ``SELECT`` on the disk's thread; a disk hit is kept in
+memory too. Only results without an error are stored (errors and timeouts run again),
+and only those whose stored form decodes to an equal ``Result`` (an output or extra
+value msgpack would change, a tuple say, is run again rather than changed): a hit is the
+very result that was stored, with ``cached=True``.
+
+Writes to disk do not hold up the chunk that made them: they go to a writer task the
+cache owns, which stores them in batches on the disk's thread and is drained when the
+cache closes; lookups read on a second connection meanwhile (WAL: readers never wait for
+the writer). A disk that fails during a run drops the disk tier with a
+:class:`CacheWarning`: the run goes on with the memory tier; the next open checks the
+file and moves it aside if it is bad.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import sqlite3
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .._aio import shielded
+from .._dataset import Example
+from .._results import Result
+from ._disk import FILE_NAME, CacheWarning, DiskStore
+from ._key import KeyMaker
+
+__all__ = ["DEFAULT_MEMORY_BYTES", "CacheStatistics", "Lookup", "ResultCache"]
+
+#: The memory tier's bound: the oldest entries go first once it holds this much.
+DEFAULT_MEMORY_BYTES = 512 * 1024 * 1024
+
+_encode = msgspec.msgpack.Encoder().encode
+_decode = msgspec.msgpack.Decoder(Result).decode
+
+
+class CacheStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """What the cache did: lookups and hits by tier, results stored and not."""
+
+    lookups: int = 0
+    memory_hits: int = 0
+    disk_hits: int = 0
+    misses: int = 0
+    uncacheable: int = 0
+    """Examples (or artifacts) with no canonical form: run, never looked up."""
+    stored: int = 0
+    not_stored: int = 0
+    """Results without errors whose stored form would differ from them (kept out)."""
+    memory_entries: int = 0
+    disk: str | None = None
+    """The cache file, when the disk tier is on."""
+    disk_errors: int = 0
+    measured: bool = False
+    """The metric's scores depend on measured speed or cost: hits keep the measurements
+    they were scored with."""
+
+
+class Lookup:
+    """One chunk's lookup: the hits in place, the examples still to run, their keys."""
+
+    __slots__ = ("hits", "keys", "misses", "positions")
+
+    def __init__(self, n: int) -> None:
+        self.hits: list[Result | None] = [None] * n
+        self.keys: list[bytes | None] = []
+        self.misses: list[Example] = []
+        self.positions: list[int] = []
+
+    @property
+    def hit_count(self) -> int:
+        return len(self.hits) - len(self.misses)
+
+    def merge(self, fresh: Sequence[Result]) -> list[Result]:
+        """The chunk's results in order: the hits, and ``fresh`` (one per miss) between."""
+        out = self.hits
+        for position, result in zip(self.positions, fresh, strict=True):
+            out[position] = result
+        return out  # type: ignore[return-value]  # every hole is filled above
+
+
+class ResultCache:
+    """Memory tier, and disk tier when ``directory`` is given; ``async with`` to open."""
+
+    def __init__(
+        self,
+        keys: KeyMaker,
+        *,
+        directory: Path | None = None,
+        measured: bool = False,
+        max_memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    ) -> None:
+        self.keys = keys
+        self.directory = directory
+        self.measured = measured
+        self.max_memory_bytes = max_memory_bytes
+        self._memory: dict[bytes, bytes] = {}
+        self._memory_bytes = 0
+        # Two connections on two threads: WAL lets a chunk's lookup read while the
+        # writer stores earlier chunks' results, so a lookup never queues behind a write.
+        self._disk: dict[str, _Tier] = {}
+        self._pending: list[tuple[bytes, bytes]] = []
+        self._wake: asyncio.Event | None = None
+        self._writer: asyncio.Task[None] | None = None
+        # Lookups waiting for the reader: many small chunks at once (a model-bound run
+        # has one example per chunk) share one SELECT and one hop to its thread.
+        self._wanted: list[tuple[list[bytes], asyncio.Future[dict[bytes, bytes]]]] = []
+        self._wake_reader: asyncio.Event | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._closing = False
+        self._counts = dict.fromkeys(
+            ("lookups", "memory_hits", "disk_hits", "misses", "uncacheable", "stored"), 0
+        )
+        self._counts.update(not_stored=0, disk_errors=0)
+
+    # -- lifetime ---------------------------------------------------------------------
+
+    async def __aenter__(self) -> ResultCache:
+        if self.directory is not None:
+            try:
+                for role in ("read", "write"):
+                    tier = _Tier(role)
+                    self._disk[role] = tier
+                    await tier.open(self.directory)
+            except BaseException:
+                await shielded(self._close_disk())
+                raise
+            loop = asyncio.get_running_loop()
+            self._wake, self._wake_reader = asyncio.Event(), asyncio.Event()
+            self._writer = loop.create_task(self._write_loop())
+            self._reader = loop.create_task(self._read_loop())
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await shielded(self._close())
+
+    async def _close(self) -> None:
+        self._closing = True
+        tasks = [t for t in (self._writer, self._reader) if t is not None]
+        self._writer = self._reader = None
+        for event in (self._wake, self._wake_reader):
+            if event is not None:
+                event.set()
+        if tasks:
+            await asyncio.wait(tasks)
+        await self._close_disk()
+
+    async def _close_disk(self) -> None:
+        tiers, self._disk = list(self._disk.values()), {}
+        for tier in tiers:
+            await tier.close()
+
+    # -- lookups ----------------------------------------------------------------------
+
+    async def lookup(self, artifact: Any, examples: Sequence[Example]) -> Lookup:
+        """The cached results of ``examples`` under ``artifact``, and what must run."""
+        counts = self._counts
+        n = len(examples)
+        counts["lookups"] += n
+        found = Lookup(n)
+        candidate = self.keys.candidate(artifact)
+        if candidate is None:
+            counts["uncacheable"] += n
+            found.keys = [None] * n
+            found.misses = list(examples)
+            found.positions = list(range(n))
+            return found
+        keys = found.keys = self.keys.keys(candidate, examples)
+        memory = self._memory
+        values: list[bytes | None] = [memory.get(k) if k is not None else None for k in keys]
+        counts["memory_hits"] += n - values.count(None)
+        if self._disk:
+            await self._from_disk(keys, values)
+        hits = found.hits
+        for i, (ex, key, value) in enumerate(zip(examples, keys, values, strict=True)):
+            if value is None:
+                counts["uncacheable" if key is None else "misses"] += 1
+                found.misses.append(ex)
+                found.positions.append(i)
+            else:
+                result = _decode(value)
+                result.example_id = ex.id
+                result.cached = True
+                hits[i] = result
+        return found
+
+    async def _from_disk(self, keys: list[bytes | None], values: list[bytes | None]) -> None:
+        wanted = [k for k, v in zip(keys, values, strict=True) if k is not None and v is None]
+        if not wanted:
+            return
+        found = await self._read(wanted)
+        if not found:
+            return
+        hits = 0  # the batch's reply may hold other chunks' keys too: count this chunk's
+        for i, key in enumerate(keys):
+            if values[i] is None and key is not None and (value := found.get(key)) is not None:
+                values[i] = value
+                hits += 1
+                self._remember(key, value)
+        self._counts["disk_hits"] += hits
+
+    async def _read(self, wanted: list[bytes]) -> dict[bytes, bytes]:
+        """The stored values of ``wanted``, read together with other chunks' lookups."""
+        reader = self._reader
+        if reader is None or reader.done() or self._wake_reader is None:
+            return {}  # closing: a miss
+        future: asyncio.Future[dict[bytes, bytes]] = asyncio.get_running_loop().create_future()
+        self._wanted.append((wanted, future))
+        self._wake_reader.set()
+        return await future
+
+    async def _read_loop(self) -> None:
+        assert self._wake_reader is not None
+        try:
+            while not self._closing:
+                await self._wake_reader.wait()
+                self._wake_reader.clear()
+                while self._wanted:
+                    batch, self._wanted = self._wanted, []
+                    keys = [k for part, _ in batch for k in part]
+                    found = await self._disk_call("read", "get_many", keys) or {}
+                    for _, waiting in batch:
+                        if not waiting.done():
+                            waiting.set_result(found)
+        finally:
+            for _, waiting in self._wanted:  # closed meanwhile: those lookups miss
+                if not waiting.done():
+                    waiting.set_result({})
+            self._wanted = []
+
+    # -- stores -----------------------------------------------------------------------
+
+    def store(self, found: Lookup, fresh: Sequence[Result]) -> None:
+        """Keep ``fresh`` (the results of ``found.misses``) that have no error."""
+        keys = found.keys
+        counts = self._counts
+        items = []
+        for position, result in zip(found.positions, fresh, strict=True):
+            key = keys[position]
+            if key is None or result.error is not None:
+                continue
+            try:
+                value = _encode(result)
+            except (TypeError, ValueError, OverflowError):
+                counts["not_stored"] += 1
+                continue
+            if not _plain(result) and _decode(value) != result:
+                counts["not_stored"] += 1
+                continue
+            self._remember(key, value)
+            items.append((key, value))
+        counts["stored"] += len(items)
+        if items and self._wake is not None and not self._closing:
+            self._pending.extend(items)
+            self._wake.set()
+
+    def _remember(self, key: bytes, value: bytes) -> None:
+        memory = self._memory
+        if key in memory:
+            return
+        memory[key] = value
+        self._memory_bytes += len(value) + len(key)
+        while self._memory_bytes > self.max_memory_bytes and memory:
+            old = next(iter(memory))
+            self._memory_bytes -= len(memory.pop(old)) + len(old)
+
+    async def _write_loop(self) -> None:
+        assert self._wake is not None
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._pending:
+                batch, self._pending = self._pending, []
+                await self._disk_call("write", "put_many", batch)
+            if self._closing:
+                return
+
+    async def _disk_call(self, role: str, name: str, arg: Any) -> Any:
+        """A call on the disk; a failure drops the disk tier for the rest of the run (the
+        next open checks the file, and moves it aside if it is bad)."""
+        tier = self._disk.get(role)
+        if tier is None:
+            return None
+        try:
+            return await tier.call(name, arg)
+        except (sqlite3.Error, OSError) as exc:
+            self._counts["disk_errors"] += 1
+            if self._disk:
+                path = tier.path
+                self._pending.clear()
+                await self._close_disk()
+                warnings.warn(
+                    f"result cache {path}: {exc}; this run goes on with the memory cache "
+                    "only (the next run checks the file, and rebuilds it if it is bad)",
+                    CacheWarning,
+                    stacklevel=2,
+                )
+            return None
+
+    def statistics(self) -> CacheStatistics:
+        return CacheStatistics(
+            **self._counts,
+            memory_entries=len(self._memory),
+            disk=None if self.directory is None else str(self.directory / FILE_NAME),
+            measured=self.measured,
+        )
+
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _plain(result: Result) -> bool:
+    """Whether msgpack keeps ``result`` exactly without checking: its output a plain
+    scalar, no extra (every other field is typed and round-trips exactly)."""
+    return type(result.output) in _PLAIN and not result.extra
+
+
+class _Tier:
+    """One connection to the cache file, on a thread of its own."""
+
+    def __init__(self, role: str) -> None:
+        self.role = role
+        self.store: DiskStore | None = None
+        self.path: Path | None = None
+        self._thread = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix=f"skynet-eval-cache-{role}"
+        )
+
+    async def open(self, directory: Path) -> None:
+        loop = asyncio.get_running_loop()
+        self.store = await loop.run_in_executor(self._thread, DiskStore.open, directory)
+        self.path = self.store.path
+
+    async def call(self, name: str, arg: Any) -> Any:
+        assert self.store is not None
+        fn = getattr(self.store, name)
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, arg)
+
+    async def close(self) -> None:
+        store, self.store = self.store, None
+        if store is not None:
+            await asyncio.get_running_loop().run_in_executor(self._thread, store.close)
+        self._thread.shutdown(wait=True)

@@ -1,0 +1,265 @@
+"""The disk tier: one SQLite file in WAL mode, shared by concurrent runs and processes.
+
+Why SQLite: it is in the standard library, it is built for many readers and writers in
+several processes on one file (WAL: readers never wait for the writer; writers take turns
+under ``busy_timeout``), and a batch of lookups is one indexed ``SELECT``. Measured in
+``benchmarks/bench_cache.py`` (lookups per second from disk, a cold run with and without).
+
+The file is ``DIR/results.sqlite3``; it is marked as ours by ``PRAGMA application_id``
+and a ``meta`` table holding the cache format. A file that is not SQLite, or is someone
+else's database, or an older format, or that SQLite finds malformed, is never read nor
+changed: it is moved aside (``results.sqlite3.bad-<time>``, with its ``-wal``), a
+:class:`CacheWarning` says so and where it went, and a new cache is made in its place.
+Opening and rebuilding happen under an exclusive ``flock`` on ``DIR/results.sqlite3.lock``
+so that two processes never rebuild at once.
+
+Every method here blocks: the engine calls them on a thread of its own
+(:class:`~evaluator._cache._cache.ResultCache`), never on the event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import fcntl
+import os
+import sqlite3
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import msgspec
+
+from .._exceptions import ConfigError
+from ._key import CACHE_FORMAT
+
+__all__ = ["FILE_NAME", "CacheWarning", "DiskStats", "DiskStore"]
+
+FILE_NAME = "results.sqlite3"
+#: ``PRAGMA application_id``: "skyc", so that ``file(1)`` and we can tell our files.
+APPLICATION_ID = 0x736B7963
+#: Keys per SELECT: well under SQLite's limit on bound parameters.
+_BATCH = 500
+_BUSY_MS = 30_000
+
+
+class CacheWarning(UserWarning):
+    """The disk cache could not be used as it was (a corrupt or foreign file, moved aside)."""
+
+
+class DiskStats(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``skynet-eval cache stats`` prints: the file, its entries and their age."""
+
+    path: str
+    entries: int
+    bytes: int
+    oldest: str | None
+    newest: str | None
+
+
+def _stamp(seconds: float | None) -> str | None:
+    if seconds is None:
+        return None
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).isoformat(timespec="seconds")
+
+
+def check_directory(directory: str | os.PathLike[str], option: str = "cache") -> Path:
+    """``directory`` as a Path, refused with a clear error when it cannot hold a cache."""
+    if not isinstance(directory, (str, os.PathLike)) or not str(directory).strip():
+        raise ConfigError(
+            f"must be a directory path (or True for memory only), got {directory!r}",
+            option=option,
+            value=directory,
+        )
+    path = Path(directory).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(
+            f"must be a directory, but {path} is a file; give a directory for the cache "
+            f"(it holds {FILE_NAME})",
+            option=option,
+            value=str(directory),
+        )
+    return path
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    with open(directory / f"{FILE_NAME}.lock", "a+b") as fh:
+        # A file system without locks: SQLite's own locking still holds.
+        with contextlib.suppress(OSError):
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+class DiskStore:
+    """One open cache file. Build it with :meth:`open`; use it from one thread."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+        self.path = path
+        self._conn = conn
+
+    @classmethod
+    def open(cls, directory: Path) -> DiskStore:
+        """Open (or make) the cache in ``directory``; a bad file is moved aside, with a
+        :class:`CacheWarning`, and a new one made. A directory that cannot hold a cache
+        (not writable, say) is a :class:`ConfigError` saying so."""
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            with _locked(directory):
+                return cls(directory / FILE_NAME, _open_or_rebuild(directory / FILE_NAME))
+        except OSError as exc:
+            raise _unusable_directory(directory, exc.strerror or str(exc)) from None
+        except _Unusable as bad:
+            raise _unusable_directory(directory, bad.reason) from None
+
+    def get_many(self, keys: Sequence[bytes]) -> dict[bytes, bytes]:
+        """The stored values of those ``keys`` that are in the cache."""
+        found: dict[bytes, bytes] = {}
+        execute = self._conn.execute
+        for start in range(0, len(keys), _BATCH):
+            part = keys[start : start + _BATCH]
+            marks = ",".join("?" * len(part))
+            rows = execute(f"SELECT key, value FROM results WHERE key IN ({marks})", part)
+            found.update(rows.fetchall())
+        return found
+
+    def put_many(self, items: Sequence[tuple[bytes, bytes]]) -> None:
+        """Store ``items`` in one transaction; a key already stored keeps its value."""
+        now = time.time()
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany(
+                "INSERT OR IGNORE INTO results (key, value, created) VALUES (?, ?, ?)",
+                [(k, v, now) for k, v in items],
+            )
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def stats(self) -> DiskStats:
+        count, oldest, newest = self._conn.execute(
+            "SELECT count(*), min(created), max(created) FROM results"
+        ).fetchone()
+        size = sum(
+            p.stat().st_size
+            for p in (self.path, self.path.with_name(FILE_NAME + "-wal"))
+            if p.exists()
+        )
+        return DiskStats(
+            path=str(self.path),
+            entries=int(count),
+            bytes=size,
+            oldest=_stamp(oldest),
+            newest=_stamp(newest),
+        )
+
+    def clear(self) -> int:
+        """Delete every entry and give the space back; the number deleted."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        (count,) = conn.execute("SELECT count(*) FROM results").fetchone()
+        conn.execute("DELETE FROM results")
+        conn.execute("COMMIT")
+        # Giving the space back needs the file to itself: with a run reading it now, the
+        # entries are gone all the same and the space is reused by the next entries.
+        conn.execute("PRAGMA busy_timeout = 1000")
+        try:
+            with contextlib.suppress(sqlite3.OperationalError):
+                conn.execute("VACUUM")
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
+        return int(count)
+
+    def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.close()
+
+
+class _Unusable(Exception):
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+def _unusable_directory(directory: Path, why: str) -> ConfigError:
+    return ConfigError(
+        f"cannot hold a result cache ({why}); give a directory you can write, or move "
+        f"{FILE_NAME} out of it",
+        option="cache",
+        value=str(directory),
+    )
+
+
+def _open_or_rebuild(path: Path) -> sqlite3.Connection:
+    """A connection to the cache at ``path``; a bad file there is moved aside first."""
+    try:
+        return _connect(path)
+    except _Unusable as bad:
+        aside = _move_aside(path)
+        warnings.warn(
+            f"result cache {path}: {bad.reason}; moved it to {aside.name} and made a new "
+            "cache (nothing is lost: the old file is kept as it was)",
+            CacheWarning,
+            stacklevel=4,
+        )
+    return _connect(path)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    """A connection to a checked (or new) cache file; :class:`_Unusable` if it is bad."""
+    try:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise _Unusable(f"SQLite cannot open it ({exc})") from None
+    try:
+        _prepare(conn)
+    except _Unusable:
+        conn.close()
+        raise
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise _Unusable(f"it is not a usable SQLite database ({exc})") from None
+    return conn
+
+
+def _prepare(conn: sqlite3.Connection) -> None:
+    conn.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
+    (app,) = conn.execute("PRAGMA application_id").fetchone()
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if app == 0 and not tables:  # a new (or empty) file: make it ours
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute("CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        conn.execute(
+            "CREATE TABLE results (key BLOB PRIMARY KEY, value BLOB NOT NULL, "
+            "created REAL NOT NULL) WITHOUT ROWID"
+        )
+        conn.execute("INSERT INTO meta VALUES ('format', ?)", (str(CACHE_FORMAT),))
+        conn.execute("COMMIT")
+    elif app != APPLICATION_ID:
+        raise _Unusable("it is not a skynet-eval result cache (another program's database)")
+    else:
+        row = conn.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()
+        if row is None or row[0] != str(CACHE_FORMAT):
+            found = "none" if row is None else row[0]
+            raise _Unusable(f"it has cache format {found}, this engine writes {CACHE_FORMAT}")
+        conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+
+
+def _move_aside(path: Path) -> Path:
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S%f")
+    aside = path.with_name(f"{FILE_NAME}.bad-{stamp}")
+    if path.exists():
+        os.replace(path, aside)
+    for suffix in ("-wal", "-shm"):
+        extra = path.with_name(FILE_NAME + suffix)
+        if extra.exists():
+            os.replace(extra, aside.with_name(aside.name + suffix))
+    return aside
