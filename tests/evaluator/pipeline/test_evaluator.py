@@ -301,7 +301,9 @@ class TestTimeoutsAndCleanup:
     ) -> None:
         """A hung metric gets metric_timeout at the timeout, the run goes on, and after the
         Evaluator closes no process or working thread of ours is left (an abandoned thread
-        is a daemon and ends when its call does). Tolerance: timeout 0.5 s, done < 2.5 s."""
+        is a daemon and ends when its call does). Tolerance: timeout 0.5 s, done < 6 s
+        (worker start-ups included on a loaded machine) where waiting out the hang takes
+        10 s."""
         source = ASYNC_BEHAVIOURS if execution == "async" else BEHAVIOURS
         path = write(tmp_path, "m.py", source)
         kinds = ["ok", "hang", "ok", "slow"] * 2
@@ -309,12 +311,12 @@ class TestTimeoutsAndCleanup:
         try:
             started = time.perf_counter()
             async with Evaluator(path, timeout=0.5, execution=execution, workers=2) as ev:
-                results = await ev.evaluate_many(None, examples(kinds, hang_s=5))
+                results = await ev.evaluate_many(None, examples(kinds, hang_s=10))
                 abandoned = ev.statistics().abandoned_threads
             elapsed = time.perf_counter() - started
             check_one_each(kinds, results)
             assert "0.5 s" in results[1].error.message  # type: ignore[union-attr]
-            assert elapsed < 2.5
+            assert elapsed < 6
             assert me.children(recursive=True) == []
             left = our_threads()
             assert all(t.daemon for t in left)
