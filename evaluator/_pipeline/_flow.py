@@ -31,6 +31,7 @@ from .._dataset import Example, _row_to_example
 from .._executors._base import Executor
 from .._models import ModelRouter
 from .._results import Result
+from .._telemetry import Telemetry
 from . import _assembly as assembly
 
 __all__ = ["MAX_CHUNK", "Flow", "ResultStream", "Sizer", "Source"]
@@ -139,6 +140,7 @@ class Flow:
         self.metric: Executor | None = None
         self.program: Executor | None = None
         self.router: ModelRouter | None = None
+        self.telemetry: Telemetry | None = None
         self.sizer = Sizer()
         self.streams: set[asyncio.Task[None]] = set()
         self.next_token = 0
@@ -146,8 +148,15 @@ class Flow:
         self.ok = 0
         self.in_flight = 0
 
-    def attach(self, metric: Executor, program: Executor | None, router: ModelRouter) -> None:
+    def attach(
+        self,
+        metric: Executor,
+        program: Executor | None,
+        router: ModelRouter,
+        telemetry: Telemetry | None = None,
+    ) -> None:
         self.metric, self.program, self.router = metric, program, router
+        self.telemetry = router.telemetry = telemetry
 
     # -- bounds -----------------------------------------------------------------------
 
@@ -229,7 +238,7 @@ class Flow:
         ``in_flight``: the examples in flight when it started, its own included.
         """
         n = len(examples)
-        started = time.perf_counter()
+        started = time.perf_counter_ns()
         base = self.next_token
         self.next_token = base + n
         try:
@@ -240,6 +249,8 @@ class Flow:
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is None or task.cancelling():
+                if self.telemetry is not None:
+                    self.telemetry.drop(base, n)
                 raise  # the run is cancelled
             # Raised inside without anyone cancelling the run: never a silent loss.
             why = "a cancellation raised inside the engine, not requested by the caller"
@@ -247,9 +258,11 @@ class Flow:
         if len(results) != n:  # one result per example, whatever happened
             results, lost = assembly.complete(examples, results, self.failure_score)
             errors += lost
-        self.sizer.observe(n, time.perf_counter() - started, in_flight)
+        self.sizer.observe(n, (time.perf_counter_ns() - started) / 1e9, in_flight)
         self.examples += n
         self.ok += n - errors
+        if self.telemetry is not None:  # OpenTelemetry hook: spans and metrics, after the fact
+            self.telemetry.chunk(results, base, started, errors)
         return results
 
     async def _with_program(
