@@ -1,0 +1,176 @@
+"""Tracing overhead: the cheap-metric benchmark (bench_pipeline.py, section 1) with
+OpenTelemetry off and on; throughput ratios from one run.
+
+    python benchmarks/bench_tracing.py            # 100,000 examples, best of 5 per case
+    python benchmarks/bench_tracing.py --smoke    # CI: 10,000 examples, one run per case
+
+The docs' exact-match metric, score-only, on the inline and the process executor, inside a
+caller's span (the service's request); one Evaluator per case, their runs interleaved so
+that the machine's load falls on every case alike:
+
+- ``off``: the engine as in a process that never imported OpenTelemetry: its hooks are
+  one ``is None`` test per chunk;
+- ``api``: the API imported, no SDK provider set (a service that has not configured
+  tracing): metrics and spans go to the API's no-op proxies, per chunk;
+- ``unsampled``: the SDK's tracer and meter providers, the caller's span not sampled
+  (``ParentBased``: a request the service's sampler dropped): per chunk, one span decision
+  and the metrics;
+- ``sampled``: the SDK, the caller's span sampled, a ``BatchSpanProcessor`` exporting to an
+  exporter that discards: a span per example, made and exported.
+
+Target: tracing on costs <= 5% of throughput (ratio to ``off`` >= 0.95). A span per example
+costs the SDK tens of microseconds, while the engine scores an exact-match example in a few:
+the ``sampled`` row says what a span per example costs (µs per span), measured, not hidden.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+EXACT = """
+def score(input, output, expected=None):
+    want = expected["label"]
+    if output == want:
+        return 1.0, {"feedback": "Correct."}
+    return 0.0, {"feedback": f"Expected {want!r}, got {output!r}."}
+"""
+
+CASES = ("off", "api", "unsampled", "sampled")
+#: Spans the discarding exporter received, in this interpreter.
+_EXPORTED = [0]
+TARGET = 0.95
+
+
+class _Case:
+    """One configuration: its providers, the caller's span, its exporter's count."""
+
+    def __init__(self, name: str) -> None:
+        from opentelemetry import trace
+
+        self.name = name
+        self.exported: int | None = None
+        self.tracer_provider: Any = None
+        self.meter_provider: Any = None
+        self.tracer = trace.get_tracer("bench")  # the API's proxy: no SDK set globally
+        if name in ("unsampled", "sampled"):
+            self._sdk(name)
+
+    def _sdk(self, name: str) -> None:
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import (
+            BatchSpanProcessor,
+            SpanExporter,
+            SpanExportResult,
+        )
+        from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased
+
+        case = self
+        case.exported = 0
+
+        class Discard(SpanExporter):
+            def export(self, spans: Any) -> SpanExportResult:
+                case.exported = (case.exported or 0) + len(spans)
+                return SpanExportResult.SUCCESS
+
+        root = ALWAYS_ON if name == "sampled" else ALWAYS_OFF
+        self.tracer_provider = TracerProvider(sampler=ParentBased(root))
+        processor = BatchSpanProcessor(Discard(), max_queue_size=65536)
+        self.tracer_provider.add_span_processor(processor)
+        self.meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+        self.tracer = self.tracer_provider.get_tracer("bench")
+
+    def close(self) -> None:
+        if self.tracer_provider is not None:
+            self.tracer_provider.shutdown()  # flushes the batch processor
+            self.meter_provider.shutdown()
+
+
+async def _rates(execution: str, n: int, reps: int) -> dict[str, dict[str, Any]]:
+    """Best examples/s of each case, the cases' runs interleaved, one Evaluator each."""
+    from evaluator._dataset import Example
+    from evaluator._pipeline import Evaluator
+
+    examples = [
+        Example(id=i, input={"q": i}, expected={"label": "a"}, output="a" if i % 4 else "b")
+        for i in range(n)
+    ]
+    cases = [_Case(name) for name in CASES]
+    best = dict.fromkeys(CASES, 0.0)
+    with tempfile.TemporaryDirectory() as folder:
+        metric = Path(folder) / "metric.py"
+        metric.write_text(EXACT)
+        async with contextlib.AsyncExitStack() as stack:
+            evs = []
+            for case in cases:
+                ev = Evaluator(
+                    metric,
+                    execution=execution,
+                    tracer_provider=case.tracer_provider,
+                    meter_provider=case.meter_provider,
+                )
+                evs.append(await stack.enter_async_context(ev))
+                if case.name == "off":
+                    # What the engine is in a process that never imported OpenTelemetry
+                    # (the hooks' `is None` tests); this one has, for the other cases.
+                    ev._flow.telemetry = ev._flow.router.telemetry = None  # type: ignore[union-attr]
+                with case.tracer.start_as_current_span("request"):
+                    await ev.evaluate_many(None, examples[: min(n, 20_000)])  # warm up
+            for _ in range(reps):
+                for case, ev in zip(cases, evs, strict=True):
+                    with case.tracer.start_as_current_span("request"):
+                        started = time.perf_counter()
+                        results = await ev.evaluate_many(None, examples)
+                        rate = n / (time.perf_counter() - started)
+                    assert len(results) == n
+                    best[case.name] = max(best[case.name], rate)
+    for case in cases:
+        case.close()
+    return {c.name: {"rate": best[c.name], "spans": c.exported} for c in cases}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="small sizes for CI")
+    args = parser.parse_args(argv)
+    n, reps = (10_000, 1) if args.smoke else (100_000, 5)
+    print(f"cheap metric, score-only, {n:,} examples, best of {reps}; ratio = rate / off")
+    print(
+        f"{'execution':<10}{'case':<11}{'examples/s':>12}{'ratio':>8}"
+        f"{'+µs/example':>13}{'spans exported':>16}"
+    )
+    worst: dict[str, float] = {}
+    for execution in ("inline", "process"):
+        rates = asyncio.run(_rates(execution, n, reps))
+        off = rates["off"]["rate"]
+        for case in CASES:
+            rate = rates[case]["rate"]
+            ratio = rate / off
+            extra_us = (1 / rate - 1 / off) * 1e6
+            spans = rates[case]["spans"]
+            shown = "-" if spans is None else f"{spans:,}"
+            print(
+                f"{execution:<10}{case:<11}{rate:>12,.0f}{ratio:>8.3f}{extra_us:>+13.2f}{shown:>16}"
+            )
+            if case != "off":
+                worst[case] = min(worst.get(case, ratio), ratio)
+    print()
+    for case in CASES[1:]:
+        verdict = "meets" if worst[case] >= TARGET else "misses"
+        print(f"{case:<11} worst ratio {worst[case]:.3f}: {verdict} the target >= {TARGET}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
