@@ -284,6 +284,53 @@ class TestSpans:
         assert all(s.parent is not None and s.parent.span_id == want for s in examples)
 
 
+SDK_PROGRAM = """
+import openai
+
+def run(artifact, input):
+    client = openai.OpenAI(base_url=artifact["url"], api_key=artifact["key"], max_retries=0)
+    return client.chat.completions.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": input["q"]}]
+    ).choices[0].message.content
+"""
+
+
+class TestRoutedSDKSpans:
+    async def test_an_sdk_call_gets_its_span_and_its_key_stays_out(
+        self, tmp_path: Path, sim: Simulator, otel: Otel
+    ) -> None:
+        """A call the program makes with its own openai client (routed by the engine) gets
+        a model-call span under its example's, with the server's host and port and the
+        tokens, and the SDK's own key appears nowhere in the export."""
+        program = _write(tmp_path, "program.py", SDK_PROGRAM)
+        metric = _write(tmp_path, "metric.py", EXACT)
+        artifact = {"url": sim.base_url, "key": KEY}
+        rows = [
+            {"id": i, "input": {"q": f"q{i}"}, "expected": {"label": EXPECTED}} for i in range(3)
+        ]
+        async with Evaluator(
+            metric,
+            program,
+            execution="inline",
+            tracer_provider=otel.tracer_provider,
+            meter_provider=otel.meter_provider,
+        ) as ev:
+            results = await ev.evaluate_many(artifact, rows)
+        assert all(r.ok and r.observation.llm_calls == 1 for r in results)
+        spans = otel.spans()
+        examples = {s.context.span_id for s in spans if s.name == "skynet.example"}
+        calls = [s for s in spans if s.name == "chat gpt-4o-mini"]
+        assert len(examples) == 3 and len(calls) == 3
+        for call in calls:
+            attrs = call.attributes or {}
+            assert call.parent is not None and call.parent.span_id in examples
+            assert attrs["server.address"] == "127.0.0.1" and attrs["server.port"] == sim.port
+            assert attrs["gen_ai.usage.input_tokens"] > 0  # type: ignore[operator]
+            assert attrs["skynet.stage"] == "run"
+        text = _as_text(spans, otel.metrics())
+        assert KEY not in text and EXPECTED not in text
+
+
 class TestMetrics:
     async def test_examples_errors_tokens_cost_and_queue_wait(
         self, tmp_path: Path, sim: Simulator, key_env: str, otel: Otel
