@@ -1,7 +1,7 @@
 """Tracing overhead: the cheap-metric benchmark (bench_pipeline.py, section 1) with
 OpenTelemetry off and on; throughput ratios from one run.
 
-    python benchmarks/bench_tracing.py            # 100,000 examples, best of 5 per case
+    python benchmarks/bench_tracing.py            # 50,000 examples, best of 10 per case
     python benchmarks/bench_tracing.py --smoke    # CI: 10,000 examples, one run per case
 
 The docs' exact-match metric, score-only, on the inline and the process executor, inside a
@@ -18,7 +18,10 @@ the cases' runs interleaved so that the machine's load falls on every case alike
 - ``sampled``: the SDK, the caller's span sampled, a ``BatchSpanProcessor`` exporting to an
   exporter that discards: a span per example, made and exported.
 
-Target: tracing on costs <= 5% of throughput (ratio to ``off`` >= 0.95). A span per example
+Target: tracing on costs <= 5% of throughput (ratio to ``off`` >= 0.95). This machine is
+shared, and whole runs of the same case differ by more than 5%; so beside the throughput
+ratio the benchmark times the tracing hooks themselves (``in hooks``: their share of the
+run's wall time, on the event loop, which the loop cannot spend on examples). A span per example
 costs the SDK tens of microseconds, while the engine scores an exact-match example in a few:
 the ``sampled`` row says what a span per example costs (µs per span), measured, not hidden.
 """
@@ -122,35 +125,62 @@ async def _rates(execution: str, n: int, reps: int) -> dict[str, dict[str, Any]]
             telemetry = {
                 case.name: None
                 if case.name == "off"  # as in a process that never imported OpenTelemetry
-                else Telemetry(case.tracer_provider, case.meter_provider)
+                else _timed(Telemetry(case.tracer_provider, case.meter_provider))
                 for case in cases
             }
+            hooks = dict.fromkeys(CASES, 0.0)
             await ev.evaluate_many(None, examples[: min(n, 20_000)])  # warm up
             for _ in range(reps):
                 for case in cases:
-                    flow.telemetry = flow.router.telemetry = telemetry[case.name]
+                    hooked = flow.telemetry = flow.router.telemetry = telemetry[case.name]
+                    spent = _HOOK_S[0]
                     with case.tracer.start_as_current_span("request"):
                         started = time.perf_counter()
                         results = await ev.evaluate_many(None, examples)
-                        rate = n / (time.perf_counter() - started)
+                        wall = time.perf_counter() - started
                     assert len(results) == n
-                    best[case.name] = max(best[case.name], rate)
+                    if n / wall > best[case.name]:
+                        best[case.name] = n / wall
+                        hooks[case.name] = (_HOOK_S[0] - spent) / wall if hooked else 0.0
     for case in cases:
         case.close()
-    return {c.name: {"rate": best[c.name], "spans": c.exported} for c in cases}
+    return {
+        c.name: {"rate": best[c.name], "spans": c.exported, "hooks": hooks[c.name]} for c in cases
+    }
+
+
+#: Seconds spent in the telemetry hooks, in this interpreter.
+_HOOK_S = [0.0]
+
+
+def _timed(telemetry: Any) -> Any:
+    """``telemetry`` with its chunk hook timed (the engine's whole cost of tracing here:
+    the model-call hook never runs, there are no model calls)."""
+    chunk = telemetry.chunk
+
+    def timed(*args: Any) -> None:
+        started = time.perf_counter()
+        try:
+            chunk(*args)
+        finally:
+            _HOOK_S[0] += time.perf_counter() - started
+
+    telemetry.chunk = timed
+    return telemetry
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="small sizes for CI")
     args = parser.parse_args(argv)
-    n, reps = (10_000, 1) if args.smoke else (100_000, 5)
+    n, reps = (10_000, 1) if args.smoke else (50_000, 10)
     print(f"cheap metric, score-only, {n:,} examples, best of {reps}; ratio = rate / off")
     print(
         f"{'execution':<10}{'case':<11}{'examples/s':>12}{'ratio':>8}"
-        f"{'+µs/example':>13}{'spans exported':>16}"
+        f"{'+µs/example':>13}{'in hooks':>10}{'spans exported':>16}"
     )
     worst: dict[str, float] = {}
+    share_of: dict[str, float] = {}
     for execution in ("inline", "process"):
         rates = asyncio.run(_rates(execution, n, reps))
         off = rates["off"]["rate"]
@@ -160,15 +190,23 @@ def main(argv: list[str] | None = None) -> int:
             extra_us = (1 / rate - 1 / off) * 1e6
             spans = rates[case]["spans"]
             shown = "-" if spans is None else f"{spans:,}"
+            share = f"{rates[case]['hooks']:.2%}"
             print(
-                f"{execution:<10}{case:<11}{rate:>12,.0f}{ratio:>8.3f}{extra_us:>+13.2f}{shown:>16}"
+                f"{execution:<10}{case:<11}{rate:>12,.0f}{ratio:>8.3f}{extra_us:>+13.2f}"
+                f"{share:>10}{shown:>16}"
             )
             if case != "off":
                 worst[case] = min(worst.get(case, ratio), ratio)
+                share_of[case] = max(share_of.get(case, 0.0), rates[case]["hooks"])
     print()
+    print(f"target: tracing costs <= {1 - TARGET:.0%} of throughput")
     for case in CASES[1:]:
-        verdict = "meets" if worst[case] >= TARGET else "misses"
-        print(f"{case:<11} worst ratio {worst[case]:.3f}: {verdict} the target >= {TARGET}")
+        by_rate = "meets" if worst[case] >= TARGET else "misses"
+        by_hooks = "meets" if share_of[case] <= 1 - TARGET else "misses"
+        print(
+            f"{case:<11} worst throughput ratio {worst[case]:.3f} ({by_rate}); "
+            f"the hooks' own time at most {share_of[case]:.2%} of the run ({by_hooks})"
+        )
     return 0
 
 
