@@ -23,8 +23,9 @@ service's current span is the parent.
 Made after the fact, a span costs nothing while the example runs and needs no context carried
 into threads, worker processes or the SDK relay. Spans are never started when no tracer
 provider is set (the API's proxy); when the first example span of a chunk is not sampled
-although it has a parent, the rest of the chunk is skipped too: the samplers of the SDK
-(parent-based, trace-id ratio) decide alike for every span of one trace.
+although it has a parent, the rest of the chunk is skipped too, and so are the next chunks
+under the same parent: the samplers of the SDK (parent-based, trace-id ratio) decide alike
+for every span of one trace.
 
 **Metrics** (meter ``skynet-eval``): ``skynet.examples`` and ``skynet.errors`` (by
 ``error.type``, the error kind) per chunk; per model call ``skynet.model.calls``,
@@ -132,6 +133,8 @@ class Telemetry:
         # epoch ns = perf_counter ns + offset: the engine's clock is perf_counter's.
         self._offset = time.time_ns() - time.perf_counter_ns()
         self.calls: dict[int, list[CallRecord]] = {}
+        #: (trace id, span id) of the last parent whose example spans were not sampled.
+        self.unsampled_parent: tuple[int, int] | None = None
         meter = (meter_provider or metrics.get_meter_provider()).get_meter(SCOPE)
         self._examples = meter.create_counter(
             "skynet.examples", unit="{example}", description="Examples evaluated"
@@ -260,15 +263,21 @@ class _Spans:
         started_ns: int,
     ) -> None:
         telemetry = self._telemetry
-        parent_valid = telemetry._trace.get_current_span().get_span_context().is_valid
+        parent = telemetry._trace.get_current_span().get_span_context()
+        parent_key = (parent.trace_id, parent.span_id) if parent.is_valid else None
+        if parent_key is not None and parent_key == telemetry.unsampled_parent:
+            return  # this parent's children were found unsampled by an earlier chunk
         start = telemetry.wall_ns(started_ns)
         end = telemetry.wall_ns(time.perf_counter_ns())
         for i, result in enumerate(results):
             span = self._tracer.start_span("skynet.example", start_time=start)
             if not span.is_recording():
                 span.end(end_time=end)
-                if parent_valid:
-                    return  # the trace is not sampled: no span of this chunk would be
+                if parent_key is not None:
+                    # The trace is not sampled: no span of this chunk would be, nor of the
+                    # next chunks under the same parent.
+                    telemetry.unsampled_parent = parent_key
+                    return
                 continue
             self._example(span, result)
             if records is not None and records[i]:

@@ -231,33 +231,43 @@ class TestSpans:
         assert len(otel.spans()) == 9
         assert KEY not in text and EXPECTED not in text
 
-    async def test_unsampled_trace_makes_no_spans(self, tmp_path: Path, otel: Otel) -> None:
+    async def test_unsampled_trace_makes_no_spans(self, tmp_path: Path) -> None:
         """Under a parent-based sampler, a caller whose own span is not sampled gets no
-        example spans at all, and every example still gets its result."""
+        example spans at all (and every example its result), while a later caller whose
+        span is sampled gets one span per example from the same Evaluator."""
+        from opentelemetry import context
+
         sampled_out = Otel(sampler=ParentBased(TraceIdRatioBased(0.0)))
+        rows = [
+            {"id": i, "input": {}, "output": "a", "expected": {"label": "a"}} for i in range(50)
+        ]
+
+        def remote(span_id: int, sampled: bool) -> Any:
+            flags = TraceFlags(TraceFlags.SAMPLED if sampled else 0)
+            span_context = SpanContext(
+                trace_id=7, span_id=span_id, is_remote=True, trace_flags=flags
+            )
+            return set_span_in_context(NonRecordingSpan(span_context))
+
         try:
             metric = _write(tmp_path, "metric.py", EXACT)
-            parent = NonRecordingSpan(
-                SpanContext(trace_id=7, span_id=9, is_remote=True, trace_flags=TraceFlags(0))
-            )
             async with Evaluator(
                 metric, execution="inline", tracer_provider=sampled_out.tracer_provider
             ) as ev:
-                from opentelemetry import context
-
-                token = context.attach(set_span_in_context(parent))
+                token = context.attach(remote(9, sampled=False))
                 try:
-                    results = await ev.evaluate_many(
-                        None,
-                        [
-                            {"id": i, "input": {}, "output": "a", "expected": {"label": "a"}}
-                            for i in range(50)
-                        ],
-                    )
+                    results = await ev.evaluate_many(None, rows)
                 finally:
                     context.detach(token)
-            assert len(results) == 50 and all(r.ok for r in results)
-            assert sampled_out.spans() == ()
+                assert len(results) == 50 and all(r.ok for r in results)
+                assert sampled_out.spans() == ()
+                token = context.attach(remote(10, sampled=True))
+                try:
+                    await ev.evaluate_many(None, rows)
+                finally:
+                    context.detach(token)
+            spans = sampled_out.spans()
+            assert len(spans) == 50 and all(s.parent and s.parent.span_id == 10 for s in spans)
         finally:
             sampled_out.close()
 
