@@ -56,7 +56,7 @@ def _line(result: Result) -> bytes:
         "id": result.example_id,
         "score": result.score,
         "feedback": result.feedback,
-        "duration_ms": obs.duration_ms,
+        "duration_ms": None if obs.duration_ms is None else round(obs.duration_ms, 1),
         "cost_usd": obs.cost_usd,
     }
     if result.error is not None:
