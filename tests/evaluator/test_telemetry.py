@@ -294,6 +294,40 @@ class TestSpans:
         assert all(s.parent is not None and s.parent.span_id == want for s in examples)
 
 
+class TestFailedCalls:
+    async def test_a_failed_call_has_its_status_as_error_type(
+        self, tmp_path: Path, key_env: str, otel: Otel
+    ) -> None:
+        """A model call the server answers 500 (retried once, then given up) has a span
+        with `error.type` "500", an error status and its retry count; its example's span
+        has the `llm_error` kind."""
+        program = _write(tmp_path, "program.py", PROGRAM)
+        metric = _write(tmp_path, "metric.py", EXACT)
+        async with Simulator(SimulatorConfig(api_key=KEY, error_500_rate=1.0)) as sim:
+            config = ModelConfig(
+                model="sim-model", base_url=sim.base_url, api_key_env=key_env, max_retries=1
+            )
+            async with Evaluator(
+                metric,
+                program,
+                models=Models(program=config),
+                tracer_provider=otel.tracer_provider,
+            ) as ev:
+                (result,) = await ev.evaluate_many(
+                    "Answer.", [{"id": "x", "input": {"q": "q"}, "expected": {"label": "y"}}]
+                )
+        assert result.error is not None and result.error.kind == "llm_error"
+        spans = otel.spans()
+        (call,) = [s for s in spans if s.name == "chat sim-model"]
+        (example,) = [s for s in spans if s.name == "skynet.example"]
+        attrs = call.attributes or {}
+        assert attrs["error.type"] == "500" and attrs["skynet.retries"] == 1
+        assert "gen_ai.usage.input_tokens" not in attrs  # no reply: no usage, never a 0
+        assert call.status.status_code is StatusCode.ERROR
+        assert (example.attributes or {})["error.type"] == "llm_error"
+        assert KEY not in _as_text(spans, None)
+
+
 SDK_PROGRAM = """
 import openai
 
