@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import msgspec
@@ -228,8 +229,12 @@ class ModelRouter:
     routed SDK calls to it (``evaluator/_sdk/``).
     """
 
-    def __init__(self, models: Models | None) -> None:
+    def __init__(
+        self, models: Models | None, clock: Callable[[], int] = time.perf_counter_ns
+    ) -> None:
         self.models = models or Models()
+        #: When a model call starts, for its span: bound at import, out of user code's reach.
+        self.clock = clock
         self._stack: contextlib.AsyncExitStack | None = None
         self._program: ModelClient | None = None
         self._judge: ModelClient | None = None
@@ -322,7 +327,7 @@ class ModelRouter:
                 {"role": "system", "content": instruction},
                 {"role": "user", "content": input},
             ]
-        started = time.perf_counter_ns()
+        started = self.clock()
         try:
             completion = await client.complete(messages=messages, **options)
         except Exception as exc:
@@ -367,7 +372,7 @@ class ModelRouter:
         from ._telemetry import server_of
 
         assert self.telemetry is not None
-        started_ns = started_ns or time.perf_counter_ns()
+        started_ns = started_ns or self.clock()
         server = server_of(base_url) if base_url else (None, None)
         self.telemetry.call(token, stage, reply, ok=ok, started_ns=started_ns, server=server)
 

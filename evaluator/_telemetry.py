@@ -43,8 +43,8 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from time import perf_counter_ns, time_ns
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -121,8 +121,18 @@ class Telemetry:
     each chunk so that a provider set after the Evaluator opened is used.
     """
 
-    def __init__(self, tracer_provider: Any, meter_provider: Any) -> None:
+    def __init__(
+        self,
+        tracer_provider: Any,
+        meter_provider: Any,
+        clock: Callable[[], int] = perf_counter_ns,
+        wall: Callable[[], int] = time_ns,
+    ) -> None:
         from opentelemetry import metrics, trace
+
+        # Bound at import, as every clock of the engine: user code patching `time` or this
+        # module changes no span's times ("Clocks user code cannot reach").
+        self.clock = clock
 
         self._trace = trace
         self._given = tracer_provider
@@ -131,7 +141,7 @@ class Telemetry:
         self._kind_client = trace.SpanKind.CLIENT
         self._error_status = trace.Status(trace.StatusCode.ERROR)
         # epoch ns = perf_counter ns + offset: the engine's clock is perf_counter's.
-        self._offset = time.time_ns() - time.perf_counter_ns()
+        self._offset = wall() - clock()
         self.calls: dict[int, list[CallRecord]] = {}
         #: (trace id, span id) of the last parent whose example spans were not sampled.
         self.unsampled_parent: tuple[int, int] | None = None
@@ -202,7 +212,7 @@ class Telemetry:
         rate_limited = int(getattr(reply, "rate_limited", 0))
         if rate_limited:
             self._rate_limited.add(rate_limited, attributes)
-        record = CallRecord(stage, started_ns, time.perf_counter_ns(), model)
+        record = CallRecord(stage, started_ns, self.clock(), model)
         record.server, record.port = server
         record.retries, record.rate_limited = int(getattr(reply, "retries", 0)), rate_limited
         if ok:
@@ -268,7 +278,7 @@ class _Spans:
         if parent_key is not None and parent_key == telemetry.unsampled_parent:
             return  # this parent's children were found unsampled by an earlier chunk
         start = telemetry.wall_ns(started_ns)
-        end = telemetry.wall_ns(time.perf_counter_ns())
+        end = telemetry.wall_ns(telemetry.clock())
         for i, result in enumerate(results):
             span = self._tracer.start_span("skynet.example", start_time=start)
             if not span.is_recording():

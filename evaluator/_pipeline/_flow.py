@@ -134,8 +134,14 @@ class Flow:
     Counts examples done and in flight for the Evaluator's statistics.
     """
 
-    def __init__(self, failure_score: float, concurrency: int | None) -> None:
+    def __init__(
+        self,
+        failure_score: float,
+        concurrency: int | None,
+        clock: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
         self.failure_score = failure_score
+        self._clock = clock  # bound at import: user code patching `time` cannot move it
         self.concurrency = concurrency
         self.metric: Executor | None = None
         self.program: Executor | None = None
@@ -238,7 +244,7 @@ class Flow:
         ``in_flight``: the examples in flight when it started, its own included.
         """
         n = len(examples)
-        started = time.perf_counter_ns()
+        started = self._clock()
         base = self.next_token
         self.next_token = base + n
         try:
@@ -258,7 +264,7 @@ class Flow:
         if len(results) != n:  # one result per example, whatever happened
             results, lost = assembly.complete(examples, results, self.failure_score)
             errors += lost
-        self.sizer.observe(n, (time.perf_counter_ns() - started) / 1e9, in_flight)
+        self.sizer.observe(n, (self._clock() - started) / 1e9, in_flight)
         self.examples += n
         self.ok += n - errors
         if self.telemetry is not None:  # OpenTelemetry hook: spans and metrics, after the fact

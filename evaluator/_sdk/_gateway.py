@@ -166,7 +166,7 @@ class Gateway:
             client = await self._client(base, _key_of(headers), model)
             opening = time.perf_counter() - started
         self.routed += 1
-        sent = time.perf_counter_ns()
+        sent = self._router.clock()
         where = client.config.base_url
         try:
             reply = await client.forward(
