@@ -17,6 +17,7 @@ that went around the metered paths makes its example's cost unmeasured
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from llm_client import GovernorStatistics, ModelClient
 
     from ._sdk._gateway import Gateway, ModelPort
+    from ._telemetry import Telemetry
 
 __all__ = ["Meter", "MeterBook", "ModelRouter", "ModelStatistics", "Models", "budget_source"]
 
@@ -231,8 +233,12 @@ class ModelRouter:
     routed SDK calls to it (``evaluator/_sdk/``).
     """
 
-    def __init__(self, models: Models | None) -> None:
+    def __init__(
+        self, models: Models | None, clock: Callable[[], int] = time.perf_counter_ns
+    ) -> None:
         self.models = models or Models()
+        #: When a model call starts, for its span: bound at import, out of user code's reach.
+        self.clock = clock
         self._stack: contextlib.AsyncExitStack | None = None
         self._program: ModelClient | None = None
         self._judge: ModelClient | None = None
@@ -248,6 +254,8 @@ class ModelRouter:
         # The second line of defence: a model call's exception enters the engine here,
         # and leaves without any key the engine holds (the client redacts it already).
         self._redact = Redactor()
+        # OpenTelemetry hook: every metered call is shown to it (evaluator/_telemetry.py).
+        self.telemetry: Telemetry | None = None
 
     @property
     def has_program_model(self) -> bool:
@@ -326,15 +334,16 @@ class ModelRouter:
                 {"role": "system", "content": instruction},
                 {"role": "user", "content": input},
             ]
+        started = self.clock()
         try:
             completion = await client.complete(messages=messages, **options)
         except Exception as exc:
-            self.record_failure(token, stage, exc)
+            self.record_failure(token, stage, exc, started, client.config.base_url)
             clean = self._redact.exception(exc)
             if clean is exc:
                 raise
             raise clean from None
-        self.record(token, stage, completion)
+        self.record(token, stage, completion, started, client.config.base_url)
         return str(completion.text)
 
     # -- metering (skynet.llm and routed SDK calls) -------------------------------------
@@ -342,16 +351,37 @@ class ModelRouter:
     def _book(self, stage: Stage) -> MeterBook:
         return self.program_meters if stage == "run" else self.judge_meters
 
-    def record(self, token: int, stage: Stage, usage: Any) -> None:
-        """A reply (a ``Completion``, a routed ``Forwarded``): into the example's meter."""
+    def record(
+        self, token: int, stage: Stage, usage: Any, started_ns: int = 0, base_url: str = ""
+    ) -> None:
+        """A reply (a ``Completion``, a routed ``Forwarded``): into the example's meter.
+
+        ``started_ns`` (``perf_counter_ns``) and ``base_url``: when and where the call went,
+        for its span."""
         self._book(stage).meter(token).add(usage)
         self._totals["program" if stage == "run" else "score"].add(usage)
+        if self.telemetry is not None:
+            self._show(token, stage, usage, True, started_ns, base_url)
 
-    def record_failure(self, token: int, stage: Stage, error: Any) -> None:
+    def record_failure(
+        self, token: int, stage: Stage, error: Any, started_ns: int = 0, base_url: str = ""
+    ) -> None:
         """A call that got no reply, or an error reply: its retries and 429s count."""
         self._failed += 1
         self._book(stage).meter(token).add_failure(error)
         self._totals["program" if stage == "run" else "score"].add_failure(error)
+        if self.telemetry is not None:
+            self._show(token, stage, error, False, started_ns, base_url)
+
+    def _show(
+        self, token: int, stage: Stage, reply: Any, ok: bool, started_ns: int, base_url: str
+    ) -> None:
+        from ._telemetry import server_of
+
+        assert self.telemetry is not None
+        started_ns = started_ns or self.clock()
+        server = server_of(base_url) if base_url else (None, None)
+        self.telemetry.call(token, stage, reply, ok=ok, started_ns=started_ns, server=server)
 
     def mark_unmeasured(self, token: int, stage: Stage, why: str) -> None:
         """Call ``token`` reached the network around the metered paths (``why`` names the

@@ -46,6 +46,7 @@ from .._report import (
     combine_clusters,
 )
 from .._results import Result
+from .._telemetry import available, open_telemetry
 from ._flow import Flow, ResultStream, Source
 from ._scheduler import caller_share
 
@@ -201,6 +202,27 @@ def _failure_score(value: Any) -> float:
     return float(value)
 
 
+def _otel_provider(value: Any, option: str, method: str) -> Any:
+    """A tracer or meter provider given to the Evaluator: None, or one OpenTelemetry's
+    API can use (it has ``method``), with OpenTelemetry installed."""
+    if value is None:
+        return None
+    if not available():
+        raise ConfigError(
+            "needs OpenTelemetry's API, which is not installed: pip install 'skynet-eval[otel]'",
+            option=option,
+            value=value,
+        )
+    if not callable(getattr(value, method, None)):
+        raise ConfigError(
+            f"must be an OpenTelemetry {option.replace('_', ' ')} (with a `{method}` method), "
+            f"got {type(value).__name__}",
+            option=option,
+            value=value,
+        )
+    return value
+
+
 class Evaluator:
     """Runs a program and scores its outputs with a metric, streaming, in bounded memory.
 
@@ -230,6 +252,11 @@ class Evaluator:
     the models' settings): ``True`` in memory for the life of the Evaluator, a directory
     in memory and on disk (``DIR/results.sqlite3``, shared by concurrent runs), ``None``
     (the default) or ``False`` off. A result from the cache says ``cached=True``.
+    ``tracer_provider`` / ``meter_provider`` receive the spans and metrics of the work
+    (``opentelemetry-api``; None: OpenTelemetry's global providers, when the process has
+    imported OpenTelemetry by the time the Evaluator opens; otherwise none are made): a
+    span per example, a child span per model call, under the caller's current span
+    (``evaluator/_telemetry.py``).
 
     Pools, model clients and processes are created by ``async with`` inside the running
     loop and released when it exits; a closed Evaluator cannot be reopened. Concurrent
@@ -253,6 +280,8 @@ class Evaluator:
         memory_limit_mb: int | None = None,
         ray_address: str | None = None,
         cache: CacheOption = None,
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
     ) -> None:
         self.timeout = validate_timeout(timeout, "timeout", upper=MAX_TIMEOUT)
         self.program_timeout = (
@@ -299,6 +328,8 @@ class Evaluator:
         cache_on, self.cache_dir = _cache_option(cache)
         self._cache_keys = KeyMaker(self.metric, self.program, self.models) if cache_on else None
         self._cache: ResultCache | None = None
+        self.tracer_provider = _otel_provider(tracer_provider, "tracer_provider", "get_tracer")
+        self.meter_provider = _otel_provider(meter_provider, "meter_provider", "get_meter")
         self._state = "new"
         self._stack: contextlib.AsyncExitStack | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -335,7 +366,8 @@ class Evaluator:
             self._state = "closed"
             await shielded(stack.aclose())
             raise
-        self._flow.attach(metric, program, router, self._cache)
+        telemetry = open_telemetry(self.tracer_provider, self.meter_provider)
+        self._flow.attach(metric, program, router, self._cache, telemetry)
         self._stack = stack
         self._state = "open"
         return self

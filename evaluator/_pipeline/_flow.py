@@ -39,6 +39,7 @@ from .._dataset import Example, _row_to_example
 from .._executors._base import Executor
 from .._models import ModelRouter
 from .._results import Result
+from .._telemetry import Telemetry
 from . import _assembly as assembly
 from ._scheduler import FairSlots, TenantBook
 
@@ -142,13 +143,20 @@ class Flow:
     Counts examples done and in flight for the Evaluator's statistics.
     """
 
-    def __init__(self, failure_score: float, concurrency: int | None) -> None:
+    def __init__(
+        self,
+        failure_score: float,
+        concurrency: int | None,
+        clock: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
         self.failure_score = failure_score
+        self._clock = clock  # bound at import: user code patching `time` cannot move it
         self.concurrency = concurrency
         self.metric: Executor | None = None
         self.program: Executor | None = None
         self.router: ModelRouter | None = None
         self.cache: ResultCache | None = None
+        self.telemetry: Telemetry | None = None
         self.sizer = Sizer()
         self.streams: set[asyncio.Task[None]] = set()
         self.next_token = 0
@@ -165,8 +173,10 @@ class Flow:
         program: Executor | None,
         router: ModelRouter,
         cache: ResultCache | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.metric, self.program, self.router, self.cache = metric, program, router, cache
+        self.telemetry = router.telemetry = telemetry
         router.share_of = self.tenants.share_of
 
     # -- bounds -----------------------------------------------------------------------
@@ -264,7 +274,7 @@ class Flow:
         ``in_flight``: the examples in flight when it started, its own included.
         """
         n = len(examples)
-        started = time.perf_counter()
+        started = self._clock()
         base = self.next_token
         self.next_token = base + n
         self.tenants.add(base, n, share)
@@ -276,6 +286,8 @@ class Flow:
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is None or task.cancelling():
+                if self.telemetry is not None:
+                    self.telemetry.drop(base, n)
                 raise  # the run is cancelled
             # Raised inside without anyone cancelling the run: never a silent loss.
             why = "a cancellation raised inside the engine, not requested by the caller"
@@ -285,9 +297,11 @@ class Flow:
         if len(results) != n:  # one result per example, whatever happened
             results, lost = assembly.complete(examples, results, self.failure_score)
             errors += lost
-        self.sizer.observe(n, time.perf_counter() - started, in_flight)
+        self.sizer.observe(n, (self._clock() - started) / 1e9, in_flight)
         self.examples += n
         self.ok += n - errors
+        if self.telemetry is not None:  # OpenTelemetry hook: spans and metrics, after the fact
+            self.telemetry.chunk(results, base, started, errors)
         return results
 
     async def _submit(

@@ -168,21 +168,23 @@ class Gateway:
             client = await self._client(base, _key_of(headers), model)
             opening = time.perf_counter() - started
         self.routed += 1
+        sent = self._router.clock()
+        where = client.config.base_url
         try:
             reply = await client.forward(
                 request.method, url, dict(headers), body, timeout=request.timeout
             )
         except Exception as exc:
-            self._router.record_failure(token, stage, exc)
+            self._router.record_failure(token, stage, exc, sent, where)
             raise
         if opening > 0.001:
             # Opening the client (prices, the governor) is the engine's wait, not the
             # program's time: counted as queued, as the governor's wait is.
             reply = msgspec.structs.replace(reply, queued_ms=reply.queued_ms + opening * 1000)
         if reply.ok:
-            self._router.record(token, stage, reply)
+            self._router.record(token, stage, reply, sent, where)
         else:
-            self._router.record_failure(token, stage, reply)
+            self._router.record_failure(token, stage, reply, sent, where)
         return reply
 
     def _served_model(self, stage: Stage, model: str, body: bytes) -> tuple[str, bytes]:
