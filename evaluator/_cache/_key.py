@@ -5,7 +5,10 @@ known, so that a lookup costs one small encode and one hash:
 
 - the *engine* layer (:class:`KeyMaker`, once per Evaluator): the cache format and the
   engine's contract version, the metric file's source and its ``REWARD_SPEC`` (as loaded,
-  so a spec computed at import counts too), the program file's source, and the model
+  so a spec computed at import counts too), the program file's source, the source of
+  every helper module loaded from the metric's or the program's folder when the
+  Evaluator is made (``from helpers import grade`` beside ``metric.py``; installed
+  packages are not read: their version is the environment's), and the model
   settings that shape outputs or costs (model, base URL, temperature, max tokens, prices;
   not rate limits, timeouts or concurrency) of the program and judge models and the SDK
   base URL (a server on this machine, 127.0.0.1 or localhost, by its path: its port
@@ -16,15 +19,15 @@ known, so that a lookup costs one small encode and one hash:
 
 A value with no canonical form (an object msgpack cannot encode, a dict whose keys cannot
 be sorted) makes its example *uncacheable*: it is run and counted, never keyed by a
-``repr`` that could be equal for different values. Tuples and lists encode alike; so do a
-metric's helper modules' edits go unseen (only the metric and program files are read):
-the docs say so.
+``repr`` that could be equal for different values. Tuples and lists encode alike. A
+helper module imported only later, inside a call, is not seen: the docs say so.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -49,6 +52,7 @@ _MODEL_FIELDS = (
     "base_url",
     "temperature",
     "max_tokens",
+    "reasoning_effort",
     "price_input",
     "price_output",
     "price_cached_input",
@@ -78,6 +82,38 @@ def _source(fn: UserFunction | None) -> bytes:
             f"({exc.strerror or exc}); load it from a file, or pass cache=False",
             option="cache",
         ) from None
+
+
+#: Folders of installed packages: a helper is the user's own file, not a library's.
+_INSTALLED = frozenset({"site-packages", "dist-packages"})
+
+
+def _loaded_under(folders: set[Path], skip: set[Path]) -> Iterator[Path]:
+    """The files of the modules loaded now from ``folders`` (or below), but ``skip``."""
+    for module in list(sys.modules.values()):
+        name = getattr(module, "__file__", None)
+        if not isinstance(name, str) or not name.endswith(".py"):
+            continue
+        path = Path(name).resolve()
+        if path in skip or _INSTALLED.intersection(path.parts):
+            continue
+        if any(path.is_relative_to(folder) for folder in folders):
+            yield path
+
+
+def _helpers(*fns: UserFunction | None) -> bytes:
+    """The sources of the helper modules the user's files loaded from their folders, by
+    path: editing a helper changes the key as editing the file does."""
+    files = {Path(fn.path).resolve() for fn in fns if fn is not None}
+    h = hashlib.blake2b(digest_size=16)
+    for path in sorted(set(_loaded_under({f.parent for f in files}, files))):
+        try:
+            source = path.read_bytes()
+        except OSError:
+            continue  # gone since it was imported: what runs is the loaded module
+        h.update(str(path).encode("utf-8", "surrogatepass") + b"\0")
+        h.update(len(source).to_bytes(8, "little") + source)
+    return h.digest()
 
 
 def _spec(fn: UserFunction) -> bytes:
@@ -135,6 +171,7 @@ class KeyMaker:
             _source(metric),
             _spec(metric),
             _source(program),
+            _helpers(metric, program),
             _models(models),
         )
 

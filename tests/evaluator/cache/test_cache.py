@@ -219,6 +219,25 @@ class TestInvalidation:
         misses the cache; the rest is served from it."""
         assert await self.run_twice(tmp_path, count_file, change) == runs
 
+    @pytest.mark.parametrize("edit", ["helper", "nothing"])
+    async def test_a_helper_module_is_part_of_the_key(
+        self, tmp_path: Path, count_file: Path, edit: str
+    ) -> None:
+        """A helper module beside the metric (imported at load) is keyed by its source:
+        editing it runs every example again; leaving it alone keeps every hit."""
+        helper = write(tmp_path, f"grading_{edit}.py", "PREFIX = 'saw'\n")
+        source = COUNTING.replace("import os", f"import os\nimport grading_{edit}")
+        metric = write(tmp_path, "metric.py", source)
+        runs = []
+        for turn in range(2):
+            if turn and edit == "helper":
+                helper.write_text("PREFIX = 'got'\n")
+            before = counted(count_file)
+            async with Evaluator(metric, execution="inline", cache=tmp_path / "c") as ev:
+                await ev.evaluate_many(None, [dict(r, output="a") for r in rows(3)])
+            runs.append(counted(count_file) - before)
+        assert runs == ([3, 3] if edit == "helper" else [3, 0])
+
     async def test_rate_limits_are_not_in_the_key(self, tmp_path: Path, count_file: Path) -> None:
         """Model settings that cannot change a result (rpm, concurrency) keep the hits."""
         changed = models_with(rpm=10, max_concurrency=3)
