@@ -107,6 +107,8 @@ class Worker:
         "pidfd",
         "proc",
         "ready",
+        "relay_order",
+        "relay_token",
         "replaced",
         "retiring",
         "spare",
@@ -132,6 +134,18 @@ class Worker:
         self.closed = False
         self.kill: tuple[int, int, int] | None = None  # seq, index, start of a timed-out call
         self.tasks: set[asyncio.Task[None]] = set()
+        # The call whose model requests arrive now, and how many it has sent: a worker
+        # runs one call at a time, so a request's place in its call is counted here.
+        self.relay_token: int | None = None
+        self.relay_order = 0
+
+    def next_request(self, token: int) -> int:
+        """The place (0, 1, ...) of a model request of call ``token`` in that call."""
+        if token != self.relay_token:
+            self.relay_token, self.relay_order = token, 0
+        order = self.relay_order
+        self.relay_order += 1
+        return order
 
     @property
     def usable(self) -> bool:
