@@ -103,6 +103,12 @@ class ProcessExecutorStatistics(ExecutorStatistics, frozen=True, kw_only=True):
     spare_ready: bool = False
     """A warm spare has started and imported the user's file, idle until it replaces a
     worker (it is not counted in ``workers_alive``)."""
+    workers_forked: int = 0
+    """Workers (replacements and spares) forked by the pool's fork server, in
+    milliseconds each, rather than started as fresh interpreters."""
+    fork_server: str | None = None
+    """The fork server: "preloads the user's file", "forks; each worker imports the
+    user's file: <why>", "starting", or None (not started, or not on this platform)."""
     model_calls_replayed: int = 0
     """Model requests (``skynet.llm``, routed SDK calls) of a call run again after its
     worker died, answered with the reply its first run was given: not paid twice."""
@@ -212,6 +218,8 @@ class ProcessExecutor:
             spares_started=pool.spares_started,
             spares_promoted=pool.spares_promoted,
             spare_ready=pool.spare is not None and pool.spare.ready,
+            workers_forked=pool.workers_forked,
+            fork_server=pool.fork_server_state(),
             model_calls_replayed=self._replies.replayed,
         )
 
