@@ -12,6 +12,10 @@ drops the connection. The fault of each example is a function of its id (see
 
 Prints: wall time of the fault-free and the faulty run, results, counts by kind (expected
 and got), anything lost or mislabelled, and what was left behind. Exit 1 on any problem.
+And the two figures of issue 15: the judge calls paid (requests the simulators received)
+against the calls needed (one per judged example of each run: a call is never paid twice,
+even when its example runs again after a worker crash), and the faulty run's time less
+what its hangs must wait (hangs x timeout / workers) over the fault-free run's time.
 """
 
 from __future__ import annotations
@@ -83,6 +87,12 @@ async def bench(n: int, smoke: bool, workers: int, timeout: float) -> int:
         left = await leaks.after()
 
     want = expected_counts(rows)
+    judged = Counter(r["input"]["fault"] for r in rows)
+    needed = judged["ok_judge"] * 2 + sum(c for f, c in judged.items() if f.startswith("j_"))
+    paid = sum(judge.routed.values())
+    hangs = want.get("metric_timeout", 0) + want.get("program_timeout", 0)
+    waits = hangs * timeout / workers
+    ratio = (faulty_s - waits) / clean_s
     got = Counter(r.error.kind if r.error else "ok" for r in results)
     print(f"examples            {n:,}  (plan {'CI' if smoke else 'BENCH'}, {workers} workers, "
           f"timeout {timeout:g} s, memory limit {MEMORY_LIMIT_MB} MB)")  # fmt: skip
@@ -97,11 +107,17 @@ async def bench(n: int, smoke: bool, workers: int, timeout: float) -> int:
             print(f"  {kind:17} {want.get(kind, 0):8,} {got.get(kind, 0):6,} {in_report:9,}")
     m, p = stats.metric, stats.program
     print(f"metric workers      crashes {m.crashes}, timeouts {m.timeouts}, restarts "
-          f"{m.restarts}, requeued {m.calls_requeued}")  # fmt: skip
+          f"{m.restarts} ({m.workers_forked} forked), requeued {m.calls_requeued}, "
+          f"model calls replayed {m.model_calls_replayed}")  # fmt: skip
     print(f"program workers     crashes {p.crashes}, timeouts {p.timeouts}, restarts "
-          f"{p.restarts}")  # fmt: skip
+          f"{p.restarts} ({p.workers_forked} forked)")  # fmt: skip
+    print(f"fork servers        metric: {m.fork_server}; program: {p.fork_server}")
     print(f"judge calls         {stats.models.judge_calls:,} ok, {stats.models.failed_calls:,} "
           f"failed; routed {dict(judge.routed)}")  # fmt: skip
+    print(f"judge calls paid    {paid:,} for {needed:,} needed "
+          f"(ratio {paid / needed if needed else float('nan'):.3f})")  # fmt: skip
+    print(f"faulty/fault-free   ({faulty_s:.2f} s - {hangs} hangs x {timeout:g} s / {workers} "
+          f"workers) / {clean_s:.2f} s = {ratio:.2f}x")  # fmt: skip
     print(f"lost or mislabelled {len(problems)}")
     for line in problems[:20]:
         print(f"  {line}")

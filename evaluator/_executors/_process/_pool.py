@@ -281,6 +281,7 @@ class Pool:
         self.use_fork_server = fork_server and fork_supported()
         self.fork_server: ForkServer | None = None
         self.fork_servers_lost = 0
+        self.preload_refused: str | None = None  # why the user's file is not preloaded
         self.workers_forked = 0
         self.startup_failures = 0
         self.spares_started = self.spares_promoted = self.spare_deaths = 0
@@ -426,10 +427,10 @@ class Pool:
         end, workers are started as fresh interpreters from now on."""
         if self.fork_server is not server or not self.running:
             return
+        self.start_task(server.reap())  # its process, ended or ending, is waited for
         if server.unsafe and server.preload:
+            self.preload_refused = server.note
             self._start_fork_server(preload=False)
-            assert self.fork_server is not None
-            self.fork_server.note = server.note
             return
         self.fork_servers_lost += 1
         self.use_fork_server = False
@@ -507,7 +508,7 @@ class Pool:
             return "starting"
         if server.preloaded:
             return "preloads the user's file"
-        return f"forks; each worker imports the user's file: {server.note}"
+        return f"forks; each worker imports the user's file: {self.preload_refused or server.note}"
 
     def usable(self) -> int:
         """Workers open to new batches."""
