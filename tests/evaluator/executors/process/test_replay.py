@@ -143,3 +143,55 @@ class TestReplayAfterCrash:
         assert outcome.error is None
         assert (stats.calls_requeued, stats.model_calls_replayed) == (1, 0)
         assert sim.statistics().requests == 2
+
+
+# The same crash after the call, with the judge asked through the openai SDK, which the
+# engine routes (evaluator/_sdk/): the routed call is replayed as skynet.llm is.
+SDK_METRIC = """
+import os, signal
+from pathlib import Path
+import openai
+
+class KillOnSend:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        marker = Path(self.marker)
+        if not marker.exists():
+            marker.write_text("killed")
+            os.kill(os.getpid(), signal.SIGKILL)
+        return (str, ("sent",))
+
+def score(input, output, expected=None):
+    client = openai.OpenAI(base_url=input["url"], api_key="sk-metric", max_retries=0)
+    verdict = client.chat.completions.create(
+        model="judge-x",
+        messages=[{"role": "user", "content": f"Answer PASS or FAIL.\\nAnswer: {output}"}],
+    ).choices[0].message.content
+    info = {"feedback": verdict, "sent": KillOnSend(input["marker"])}
+    return (1.0 if verdict.startswith("PASS") else 0.0), info
+"""
+
+
+class TestReplayOfRoutedSDKCalls:
+    async def test_routed_sdk_call_is_paid_once(self, sim: Simulator, tmp_path: Path) -> None:
+        """An openai SDK call of a metric whose worker is SIGKILLed after the call is
+        answered again from the kept reply: the simulator serves it once, the judge's
+        usage counts it once, and the result is the model's verdict."""
+        from evaluator import Evaluator
+
+        metric = tmp_path / "metric.py"
+        metric.write_text(textwrap.dedent(SDK_METRIC))
+        rows = [{"id": "e0", "input": {"url": sim.base_url, "marker": str(tmp_path / "k")}}]
+        rows[0]["output"] = "a"
+        async with Evaluator(metric, execution="process", workers=1, timeout=60) as ev:
+            (result,) = await ev.evaluate_many(None, rows)
+            stats = ev.statistics().metric
+        assert result.error is None and (tmp_path / "k").exists()
+        assert getattr(stats, "model_calls_replayed", None) == 1
+        assert sim.statistics().served == 1
+        assert result.judge is not None and result.judge.llm_calls == 1
