@@ -3,6 +3,7 @@ runs again because its worker died (``_relay.Replies`` and the process executor)
 
 from __future__ import annotations
 
+import asyncio
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -180,18 +181,31 @@ def score(input, output, expected=None):
 class TestReplayOfRoutedSDKCalls:
     async def test_routed_sdk_call_is_paid_once(self, sim: Simulator, tmp_path: Path) -> None:
         """An openai SDK call of a metric whose worker is SIGKILLed after the call is
-        answered again from the kept reply: the simulator serves it once, the judge's
-        usage counts it once, and the result is the model's verdict."""
+        answered again from the kept reply, twice over (the second rerun in a worker
+        forked by the fork server, the SDK routed there too): the simulator serves each
+        call once, the judge's usage counts it once, the result is the model's verdict."""
         from evaluator import Evaluator
 
         metric = tmp_path / "metric.py"
         metric.write_text(textwrap.dedent(SDK_METRIC))
-        rows = [{"id": "e0", "input": {"url": sim.base_url, "marker": str(tmp_path / "k")}}]
-        rows[0]["output"] = "a"
+        results = []
         async with Evaluator(metric, execution="process", workers=1, timeout=60) as ev:
-            (result,) = await ev.evaluate_many(None, rows)
+            for i in range(2):
+                marker = str(tmp_path / f"killed-{i}")
+                row = {"id": f"e{i}", "input": {"url": sim.base_url, "marker": marker}}
+                row["output"] = "a"
+                results += await ev.evaluate_many(None, [row])
+                if i == 0:  # the spare promoted, a new one forked: wait for it
+                    for _ in range(2000):
+                        if getattr(ev.statistics().metric, "spare_ready", False):
+                            break
+                        await asyncio.sleep(0.01)
+                    before = ev.statistics().metric
+                    # The one spare now is the second, and the one worker forked.
+                    assert getattr(before, "spares_started", 0) == 2
+                    assert getattr(before, "workers_forked", 0) == 1
             stats = ev.statistics().metric
-        assert result.error is None and (tmp_path / "k").exists()
-        assert getattr(stats, "model_calls_replayed", None) == 1
-        assert sim.statistics().served == 1
-        assert result.judge is not None and result.judge.llm_calls == 1
+        assert [r.error for r in results] == [None, None]
+        assert getattr(stats, "model_calls_replayed", None) == 2
+        assert sim.statistics().served == 2
+        assert [r.judge.llm_calls if r.judge else None for r in results] == [1, 1]
