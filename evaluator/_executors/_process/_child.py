@@ -10,6 +10,11 @@ in the engine's threads), send the outcomes back (``_wire.py`` has the protocol)
 The worker dies with the engine: ``PR_SET_PDEATHSIG`` on Linux (even when the engine is
 SIGKILLed, even while user code runs), and elsewhere a thread that waits for the
 engine's end of the socket to hang up.
+
+A replacement worker is usually forked by the pool's fork server (``_zygote.py``) rather
+than started: it enters at :func:`serve_forked`, with the user's function the server
+preloaded (or None), and dies with the server, which dies with the engine; from there on
+its life is a spawned worker's.
 """
 
 from __future__ import annotations
@@ -188,7 +193,8 @@ class _UserModules(importlib.abc.MetaPathFinder):
 
 
 def die_with_parent(parent_pid: int, sock: socket.socket) -> None:
-    """Make this process end when the engine does, even if the engine is SIGKILLed."""
+    """Make this process end when ``parent_pid`` (the engine, or the fork server of a
+    forked worker) does, even if it is SIGKILLed."""
     if sys.platform.startswith("linux"):
         try:
             import ctypes
