@@ -16,6 +16,8 @@ And the two figures of issue 15: the judge calls paid (requests the simulators r
 against the calls needed (one per judged example of each run: a call is never paid twice,
 even when its example runs again after a worker crash), and the faulty run's time less
 what its hangs must wait (hangs x timeout / workers) over the fault-free run's time.
+Then worker replacement alone: a worker that crashes again and again, each crash followed
+by one call, with replacements forked by the fork server against fresh interpreters.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ from faultmix import (  # noqa: E402
     write_files,
 )
 
+from evaluator._calls import ScoreCall  # noqa: E402
+from evaluator._executors._process._executor import ProcessExecutor  # noqa: E402
+from evaluator._loader import load_function  # noqa: E402
 from evaluator._pipeline import Evaluator  # noqa: E402
 from evaluator._report import ReportBuilder  # noqa: E402
 from evaluator._results import ERROR_KINDS, Result  # noqa: E402
@@ -125,6 +130,50 @@ async def bench(n: int, smoke: bool, workers: int, timeout: float) -> int:
     return 1 if problems or left or report.n != n else 0
 
 
+CRASHER = """
+import os
+
+def score(input, output, expected=None):
+    if input["crash"]:
+        os._exit(3)
+    return 1.0, {"feedback": "ok"}
+"""
+
+
+async def replacements(crashes: int, *, fork: bool) -> tuple[float, int]:
+    """Seconds per crash (the crash, then a call in its replacement), workers forked."""
+    with TemporaryDirectory() as folder:
+        path = Path(folder) / "crasher.py"
+        path.write_text(CRASHER)
+        fn = load_function(path, "score")
+        async with ProcessExecutor(fn, "score", timeout=10, workers=2, fork_server=fork) as ex:
+            await ex.submit([ScoreCall(0, 0, {"crash": False}, None)])
+            for _ in range(2000):  # the spare (and the fork server) ready: at most 20 s
+                s = ex.statistics()
+                if s.spare_ready and (not fork or s.fork_server not in (None, "starting")):
+                    break
+                await asyncio.sleep(0.01)
+            started = time.perf_counter()
+            for i in range(1, crashes + 1):
+                calls = [ScoreCall(2 * i, i, {"crash": True}, None)]
+                calls.append(ScoreCall(2 * i + 1, i, {"crash": False}, None))
+                outcomes = await ex.submit(calls)
+                assert [o.error.kind if o.error else "ok" for o in outcomes] == [
+                    "worker_crash",
+                    "ok",
+                ]
+            elapsed = (time.perf_counter() - started) / crashes
+            return elapsed, ex.statistics().workers_forked
+
+
+async def bench_replacements(crashes: int) -> None:
+    spawned, _ = await replacements(crashes, fork=False)
+    forked, n_forked = await replacements(crashes, fork=True)
+    print(f"replacements        {crashes} crashes in a row: {spawned * 1e3:.1f} ms each with "
+          f"fresh interpreters, {forked * 1e3:.1f} ms forked ({n_forked} forked): "
+          f"{spawned / forked:.1f}x faster")  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="200 examples, for CI")
@@ -133,7 +182,9 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=1.0, help="metric/program timeout, s")
     args = parser.parse_args()
     n = args.n or (200 if args.smoke else 10_000)
-    return asyncio.run(bench(n, args.smoke, args.workers, args.timeout))
+    code = asyncio.run(bench(n, args.smoke, args.workers, args.timeout))
+    asyncio.run(bench_replacements(10 if args.smoke else 40))
+    return code
 
 
 if __name__ == "__main__":

@@ -126,7 +126,8 @@ class ProcessExecutor:
     does. Outcomes of ``score`` calls are :class:`_wire.WireOutcome` instances, a
     subclass of ``Outcome`` decoded without pickle. ``workers`` processes (default: one
     per core), each recycled after ``max_calls_per_worker`` calls and limited to
-    ``memory_limit_mb`` of address space, if given.
+    ``memory_limit_mb`` of address space, if given. ``fork_server=False``: replacements
+    are started as fresh interpreters, not forked (where forking is supported at all).
     """
 
     kind: ClassVar[ExecutionKind] = "process"
@@ -141,6 +142,7 @@ class ProcessExecutor:
         llm_handler: LLMHandler | None = None,
         max_calls_per_worker: int | None = None,
         memory_limit_mb: int | None = None,
+        fork_server: bool = True,
     ) -> None:
         self._timeout = check_executor(fn, stage, "process", timeout)
         self._fn = fn
@@ -161,6 +163,7 @@ class ProcessExecutor:
             has_llm=llm_handler is not None,
             memory_limit_mb=self._memory_limit_mb,
             events=self,
+            fork_server=fork_server,
         )
         self._timeouts = 0
         self._replies = Replies()

@@ -186,3 +186,19 @@ class TestForkServer:
         ignored, caught = asyncio.run(main())
         assert int(ignored, 16) & (1 << (signal.SIGINT - 1))
         assert not int(caught, 16) & (1 << (signal.SIGCHLD - 1))
+
+    async def test_fork_server_can_be_turned_off(self, tmp_path: Path) -> None:
+        """With fork_server=False no fork server starts: replacements after crashes are
+        fresh interpreters (children of this process), and the statistics say so."""
+        fn = _metric(tmp_path)
+        async with ProcessExecutor(fn, "score", timeout=30, workers=1, fork_server=False) as ex:
+            await ex.submit([_call(0)])
+            await _until(ex, lambda s: s.spare_ready)
+            for i in (1, 2):
+                assert _kinds(await ex.submit([_call(i, "exit")])) == ["worker_crash"]
+                await _until(ex, lambda s: s.spare_ready)
+            (outcome,) = await ex.submit([_call(3)])
+            stats = ex.statistics()
+        assert outcome.value is not None
+        assert (stats.workers_forked, stats.fork_server, stats.crashes) == (0, None, 2)
+        assert str(outcome.value.extra["pid"]) in _imports(fn)
