@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import textwrap
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -188,24 +188,32 @@ class TestReplayOfRoutedSDKCalls:
 
         metric = tmp_path / "metric.py"
         metric.write_text(textwrap.dedent(SDK_METRIC))
+
+        def row(name: str) -> dict[str, Any]:
+            marker = str(tmp_path / f"killed-{name}")
+            return {"id": name, "input": {"url": sim.base_url, "marker": marker}, "output": "a"}
+
+        async def until(ready: Callable[[Any], bool]) -> Any:
+            for _ in range(2000):  # at most 20 s
+                stats = ev.statistics().metric
+                if ready(stats):
+                    return stats
+                await asyncio.sleep(0.01)
+            raise AssertionError(f"not reached: {ev.statistics().metric}")
+
         results = []
         async with Evaluator(metric, execution="process", workers=1, timeout=60) as ev:
-            for i in range(2):
-                marker = str(tmp_path / f"killed-{i}")
-                row = {"id": f"e{i}", "input": {"url": sim.base_url, "marker": marker}}
-                row["output"] = "a"
-                results += await ev.evaluate_many(None, [row])
-                if i == 0:  # the spare promoted, a new one forked: wait for it
-                    for _ in range(2000):
-                        if getattr(ev.statistics().metric, "spare_ready", False):
-                            break
-                        await asyncio.sleep(0.01)
-                    before = ev.statistics().metric
-                    # The one spare now is the second, and the one worker forked.
-                    assert getattr(before, "spares_started", 0) == 2
-                    assert getattr(before, "workers_forked", 0) == 1
+            (tmp_path / "killed-warm").write_text("not this one")
+            (warm,) = await ev.evaluate_many(None, [row("warm")])
+            await until(lambda s: s.spare_ready and s.fork_server not in (None, "starting"))
+            results += await ev.evaluate_many(None, [row("e0")])
+            # The spawned spare took the dead worker's place; the new spare is forked.
+            before = await until(lambda s: s.spare_ready)
+            assert (before.spares_started, before.workers_forked) == (2, 1)
+            results += await ev.evaluate_many(None, [row("e1")])  # rerun in the forked one
             stats = ev.statistics().metric
+        assert warm.error is None
         assert [r.error for r in results] == [None, None]
         assert getattr(stats, "model_calls_replayed", None) == 2
-        assert sim.statistics().served == 2
+        assert sim.statistics().served == 3  # the warm-up's call, and one for each
         assert [r.judge.llm_calls if r.judge else None for r in results] == [1, 1]
