@@ -262,6 +262,10 @@ class AsyncExecutor:
     def parallelism(self) -> int:
         return self.concurrency
 
+    @property
+    def backlog_s(self) -> float:
+        return 0.0
+
     async def __aenter__(self) -> Self:
         if self._state != "new":
             raise RuntimeError("an executor cannot be reopened; create a new one")

@@ -86,6 +86,13 @@ class Executor(Protocol):
         """How many calls it runs at once: threads, the async bound, worker processes."""
         ...
 
+    @property
+    def backlog_s(self) -> float:
+        """Seconds of work it wants queued, beyond the calls it runs, to stay busy: 0 for
+        the local executors (a call starts within microseconds of its submit); the Ray
+        executor's round trips to its nodes need a backlog to hide behind."""
+        ...
+
     async def __aenter__(self) -> Self: ...
 
     async def __aexit__(self, *exc_info: object) -> None: ...

@@ -47,6 +47,8 @@ __all__ = ["MAX_CHUNK", "Flow", "ResultStream", "Sizer", "Source"]
 
 #: Upper bound of a chunk: caps the memory held per chunk in flight.
 MAX_CHUNK = 4096
+#: The most examples in flight that an executor's backlog (``Executor.backlog_s``) asks.
+MAX_BACKLOG = 65_536
 #: The first chunk of an Evaluator that has measured nothing yet.
 START_CHUNK = 8
 #: A chunk should take about this much of the engine's time: long enough to amortise
@@ -199,10 +201,19 @@ class Flow:
         return max(1, parallelism, 3 * self.chunk_size())
 
     def limit(self, size: int) -> int:
-        """The examples in flight at most, with chunks of ``size``."""
+        """The examples in flight at most, with chunks of ``size``: twice the stages'
+        parallelism, three chunks, and the backlog an executor asks for (Ray's), as
+        examples at the engine's measured rate (Little's law)."""
         if self.concurrency is not None:
             return self.concurrency
-        return max(2 * self.slots(), 3 * size)
+        bound = max(2 * self.slots(), 3 * size)
+        backlog = max(
+            (ex.backlog_s for ex in (self.metric, self.program) if ex is not None), default=0.0
+        )
+        per = self.sizer.per_example
+        if backlog > 0 and per is not None:
+            bound = max(bound, min(MAX_BACKLOG, int(backlog / per)))
+        return bound
 
     # -- the flow ---------------------------------------------------------------------
 

@@ -192,7 +192,7 @@ class TestSpareStartUp:
         self, metric: UserFunction, folder: Path
     ) -> None:
         """With the warm spare still starting, a cancelled submit and then the close leave
-        nothing behind: the spare is killed with the workers."""
+        nothing behind: the spare and the fork server are killed with the workers."""
         (folder / "hold").write_text("1")  # the worker starts; the spare, next, waits
         async with ProcessExecutor(metric, "score", timeout=30, workers=1) as ex:
             assert [o.error for o in await ex.submit([_call(0)])] == [None]
@@ -202,7 +202,8 @@ class TestSpareStartUp:
             await until(lambda: (folder / "running-1").exists(), "the call runs")
             await cancelled(task)
             _whole_process_executor(ex)
-            assert len(children()) == 2  # the busy worker and the starting spare
+            # The busy worker, the starting spare and the fork server (started with it).
+            assert len(children()) == 3
         assert children() == [] and other_tasks() == set()
 
     async def test_crash_promotes_a_starting_spare(
@@ -363,7 +364,8 @@ class TestClosing:
         self, metric: UserFunction, folder: Path
     ) -> None:
         """An evaluation cancelled again and again while its Evaluator closes (workers
-        busy in calls, the spare up) still reaps every process and leaves no task."""
+        busy in calls, the spare and the fork server up) still reaps every process and
+        leaves no task."""
         opened: list[Evaluator] = []
 
         async def main() -> None:
@@ -375,7 +377,7 @@ class TestClosing:
         task = asyncio.create_task(main())
         await until(lambda: all((folder / f"running-{i}").exists() for i in range(2)), "hangs")
         await until(lambda: opened[0].statistics().metric.spare_ready, "the spare is ready")
-        assert len(children()) == 3
+        assert len(children()) == 4  # two busy workers, the spare, the fork server
         await under_fire(task, 10_000)
         assert children() == [] and other_tasks() == set()
         with pytest.raises(RuntimeError, match="closed"):

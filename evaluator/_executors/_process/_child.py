@@ -10,6 +10,11 @@ in the engine's threads), send the outcomes back (``_wire.py`` has the protocol)
 The worker dies with the engine: ``PR_SET_PDEATHSIG`` on Linux (even when the engine is
 SIGKILLed, even while user code runs), and elsewhere a thread that waits for the
 engine's end of the socket to hang up.
+
+A replacement worker is usually forked by the pool's fork server (``_zygote.py``) rather
+than started: it enters at :func:`serve_forked`, with the user's function the server
+preloaded (or None), and dies with the server, which dies with the engine; from there on
+its life is a spawned worker's.
 """
 
 from __future__ import annotations
@@ -64,7 +69,7 @@ from ._wire import (
     control,
 )
 
-__all__ = ["main"]
+__all__ = ["die_with_parent", "ignore_sigint", "main", "prepare_imports", "serve_forked"]
 
 #: How much one ``recv`` of the worker asks for.
 _RECV_SIZE = 1 << 16
@@ -187,8 +192,9 @@ class _UserModules(importlib.abc.MetaPathFinder):
         return importlib.util.spec_from_file_location(name, file)
 
 
-def _die_with_parent(parent_pid: int, sock: socket.socket) -> None:
-    """Make this process end when the engine does, even if the engine is SIGKILLed."""
+def die_with_parent(parent_pid: int, sock: socket.socket) -> None:
+    """Make this process end when ``parent_pid`` (the engine, or the fork server of a
+    forked worker) does, even if it is SIGKILLed."""
     if sys.platform.startswith("linux"):
         try:
             import ctypes
@@ -254,8 +260,11 @@ def _memory_guard(fn: Callable[..., Any]) -> Callable[..., Any]:
     return guarded
 
 
-def _load(init: WorkerInit, channel: _Channel) -> UserFunction:
-    """Import the user's file (under the memory limit, if any); exit if it fails."""
+def _load(init: WorkerInit, channel: _Channel, preloaded: UserFunction | None) -> UserFunction:
+    """Import the user's file (under the memory limit, if any); exit if it fails.
+
+    ``preloaded``: the function the fork server imported (this worker is its fork), used
+    when it is the one asked for; the memory limit is set again, for this process."""
     limit_mb = init.memory_limit_mb
     if limit_mb is not None:
         import resource
@@ -265,7 +274,14 @@ def _load(init: WorkerInit, channel: _Channel) -> UserFunction:
     try:
         from ..._loader import load_function
 
-        fn = load_function(init.path, init.name)
+        if (
+            preloaded is not None
+            and str(preloaded.path) == init.path
+            and preloaded.name == init.name
+        ):
+            fn = preloaded
+        else:
+            fn = load_function(init.path, init.name)
     except BaseException as exc:
         if isinstance(exc, MemoryError) and limit_mb is not None:
             message = (
@@ -405,29 +421,52 @@ class _Worker:
         send(seq, flushed, clock() - last, True, outs[flushed:])
 
 
-def main() -> None:
-    """Entry point: ``python -c ... <root> <socket fd> <state fd> <engine pid>``."""
-    sock_fd, state_fd, parent_pid = (int(a) for a in sys.argv[2:5])
-    # The terminal's Ctrl-C goes to the whole process group; the engine handles it and
-    # stops the workers, so a worker must not die mid-call with a KeyboardInterrupt.
+def ignore_sigint() -> None:
+    """The terminal's Ctrl-C goes to the whole process group; the engine handles it and
+    stops the workers, so a worker must not die mid-call with a KeyboardInterrupt."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
         # The engine starts workers with SIGINT blocked (so that a Ctrl-C during the
         # imports above cannot print a traceback); ignored now, it may be unblocked.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def prepare_imports(init: WorkerInit) -> None:
+    """The engine's ``sys.path``, and its user modules importable by name."""
+    for entry in reversed(init.sys_path):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    if init.user_modules and not any(isinstance(f, _UserModules) for f in sys.meta_path):
+        sys.meta_path.append(_UserModules(init.user_modules))
+
+
+def main() -> None:
+    """Entry point: ``python -c ... <root> <socket fd> <state fd> <engine pid>``."""
+    sock_fd, state_fd, parent_pid = (int(a) for a in sys.argv[2:5])
+    ignore_sigint()
+    _serve(sock_fd, state_fd, parent_pid, None)
+
+
+def serve_forked(
+    sock_fd: int, state_fd: int, server_pid: int, preloaded: UserFunction | None
+) -> NoReturn:
+    """A worker forked by the fork server (``_zygote.py``): it dies with the server,
+    which dies with the engine; the rest is a spawned worker's life."""
+    _serve(sock_fd, state_fd, server_pid, preloaded)
+    _exit_quietly(0)
+
+
+def _serve(sock_fd: int, state_fd: int, parent_pid: int, preloaded: UserFunction | None) -> None:
     sock = socket.socket(fileno=sock_fd)
     sock.setblocking(True)
-    _die_with_parent(parent_pid, sock)
+    die_with_parent(parent_pid, sock)
     state_map = mmap.mmap(state_fd, STATE_SLOTS * 8)
     os.close(state_fd)
     channel = _Channel(sock)
     init: WorkerInit = channel.recv()
-    for entry in reversed(init.sys_path):
-        if entry not in sys.path:
-            sys.path.insert(0, entry)
-    if init.user_modules:
-        sys.meta_path.append(_UserModules(init.user_modules))
-    fn = _load(init, channel)
+    if preloaded is None:
+        prepare_imports(init)
+    fn = _load(init, channel, preloaded)
     if init.has_llm:
         # A relayed model error arrives pickled, as the model client's own exception:
         # import its class now, not inside the timed call that receives it.

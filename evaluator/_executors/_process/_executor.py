@@ -21,7 +21,9 @@ killed at the timeout costs only the call it was running, whose error is named b
   the process that ran out of memory may hold half-built state; a crash of native code
   under the limit says that the limit may have been exceeded.
 - **skynet.llm** in a worker is relayed to the engine (``_relay.py``) and answered by
-  ``llm_handler`` in a task the pool owns.
+  ``llm_handler`` in a task the pool owns. The replies are kept until their call's
+  outcome is final: a call run again after its worker died (a crash or a timeout of
+  another call of its batch) gets the same replies without paying for them again.
 
 Cancelling a ``submit`` returns at once; its queued calls are dropped, and a call of it
 that a worker is running is killed with its worker (a fresh one, the warm spare, takes its
@@ -56,20 +58,23 @@ from ..._options import validate_count
 from .._base import ExecutionKind, ExecutorStatistics, check_executor, check_workers
 from ._pool import Pool, Worker, WorkerExit
 from ._queue import Batch, Job, Segment, WorkQueue
-from ._relay import answer, answer_forward, note_bypass
+from ._relay import Replies, ask, ask_forward, note_bypass
 from ._wire import (
     BATCH,
     BATCH_ROWS,
     EXIT_MEMORY,
     KIND_RESULT,
     LLM,
+    LLM_REPLY,
     PICKLE_PROTOCOL,
     RESULT_HEADER,
     SDK,
     SDK_NOTE,
+    SDK_REPLY,
     UNREADABLE,
     ResultMsg,
     call_row,
+    control,
 )
 
 __all__ = ["ProcessExecutor", "ProcessExecutorStatistics"]
@@ -109,6 +114,15 @@ class ProcessExecutorStatistics(ExecutorStatistics, frozen=True, kw_only=True):
     worker (it is not counted in ``workers_alive``)."""
     killed_for_cancel: int = 0
     """Workers killed because the caller of the call they ran was cancelled."""
+    workers_forked: int = 0
+    """Workers (replacements and spares) forked by the pool's fork server, in
+    milliseconds each, rather than started as fresh interpreters."""
+    fork_server: str | None = None
+    """The fork server: "preloads the user's file", "forks; each worker imports the
+    user's file: <why>", "starting", or None (not started, or not on this platform)."""
+    model_calls_replayed: int = 0
+    """Model requests (``skynet.llm``, routed SDK calls) of a call run again after its
+    worker died, answered with the reply its first run was given: not paid twice."""
 
     @property
     def calls_done(self) -> int:
@@ -123,7 +137,8 @@ class ProcessExecutor:
     does. Outcomes of ``score`` calls are :class:`_wire.WireOutcome` instances, a
     subclass of ``Outcome`` decoded without pickle. ``workers`` processes (default: one
     per core), each recycled after ``max_calls_per_worker`` calls and limited to
-    ``memory_limit_mb`` of address space, if given.
+    ``memory_limit_mb`` of address space, if given. ``fork_server=False``: replacements
+    are started as fresh interpreters, not forked (where forking is supported at all).
     """
 
     kind: ClassVar[ExecutionKind] = "process"
@@ -138,6 +153,7 @@ class ProcessExecutor:
         llm_handler: LLMHandler | None = None,
         max_calls_per_worker: int | None = None,
         memory_limit_mb: int | None = None,
+        fork_server: bool = True,
     ) -> None:
         self._timeout = check_executor(fn, stage, "process", timeout)
         self._fn = fn
@@ -158,15 +174,21 @@ class ProcessExecutor:
             has_llm=llm_handler is not None,
             memory_limit_mb=self._memory_limit_mb,
             events=self,
+            fork_server=fork_server,
         )
         self._timeouts = 0
         self._cancel_kills: set[tuple[int, int]] = set()  # (seq, index) killed for a cancel
         self._killed_for_cancel = 0
+        self._replies = Replies()
 
     @property
     def parallelism(self) -> int:
         """The number of worker processes (the warm spare, idle, is not counted)."""
         return self._n_workers
+
+    @property
+    def backlog_s(self) -> float:
+        return 0.0
 
     # -- lifetime ---------------------------------------------------------------------
 
@@ -217,6 +239,9 @@ class ProcessExecutor:
             spares_promoted=pool.spares_promoted,
             spare_ready=pool.spare is not None and pool.spare.ready,
             killed_for_cancel=self._killed_for_cancel,
+            workers_forked=pool.workers_forked,
+            fork_server=pool.fork_server_state(),
+            model_calls_replayed=self._replies.replayed,
         )
 
     # -- submitting -------------------------------------------------------------------
@@ -247,6 +272,8 @@ class ProcessExecutor:
             raise
         finally:
             self._queue.discard(job)
+            if self._replies:
+                self._replies.forget(c.token for c in job.calls)
         return job.results
 
     def _kill_running(self, job: Job, clock: Any = perf_counter_ns) -> None:
@@ -345,16 +372,16 @@ class ProcessExecutor:
             return  # a batch already given up on (its job failed)
         batch = w.batches[0]
         self._queue.record(batch, start, work_ns, outcomes)
+        if self._replies:  # these calls are final: their replies are not needed again
+            self._replies.forget(batch.tokens(start, start + len(outcomes)))
         if final:
             w.batches.popleft()
             self._dispatch()
 
     def on_control(self, w: Worker, message: tuple[Any, ...]) -> None:
         tag = message[0]
-        if tag == LLM:
-            self._pool.start_task(self._relay(w, *message[1:]), owner=w)
-        elif tag == SDK:  # the SDK hook: a routed SDK call, relayed
-            self._pool.start_task(self._relay_forward(w, *message[1:]), owner=w)
+        if tag in (LLM, SDK):  # SDK: the SDK hook, a routed SDK call
+            self._relay(w, message)
         elif tag == SDK_NOTE:  # before the call's result, on the same socket
             note_bypass(self._llm_handler, *message[1:])
         elif tag == UNREADABLE and w.batches:
@@ -369,15 +396,36 @@ class ProcessExecutor:
         ]
         w.send(pickle.dumps((BATCH_ROWS, batch.seq, rows), PICKLE_PROTOCOL))
 
-    async def _relay(self, w: Worker, request: int, *call: Any) -> None:
-        reply = await answer(self._llm_handler, request, *call)
-        if not w.closed:
-            w.send(reply)
+    def _relay(self, w: Worker, message: tuple[Any, ...]) -> None:
+        """Answer a model request of ``w``: from the reply kept for it, if its call ran
+        before and asked the same, else through ``llm_handler`` in a task ``w`` owns."""
+        tag, request, token = message[0], message[1], message[2]
+        reply_tag = LLM_REPLY if tag == LLM else SDK_REPLY
+        key = (tag, *message[3:])
+        order = w.next_request(token)
+        kept = self._replies.lookup(token, order, key)
+        if kept is not None:
+            w.send(control(reply_tag, request, *kept))
+            return
+        self._pool.start_task(self._ask(w, reply_tag, request, order, key, message[2:]), owner=w)
 
-    async def _relay_forward(self, w: Worker, request: int, *call: Any) -> None:
-        reply = await answer_forward(self._llm_handler, request, *call)
-        if not w.closed:
-            w.send(reply)
+    async def _ask(
+        self,
+        w: Worker,
+        reply_tag: str,
+        request: int,
+        order: int,
+        key: tuple[Any, ...],
+        call: tuple[Any, ...],
+    ) -> None:
+        if reply_tag == LLM_REPLY:
+            ok, payload = await ask(self._llm_handler, *call)
+        else:
+            ok, payload = await ask_forward(self._llm_handler, *call)
+        if w.closed:
+            return  # its call was running when the worker died: it has its outcome
+        self._replies.keep(call[0], order, key, (ok, payload))
+        w.send(control(reply_tag, request, ok, payload))
 
     def on_exit(self, w: Worker, exit: WorkerExit, clock: Any = perf_counter_ns) -> None:
         """A worker died: blame the call it was running, queue the rest of its work.

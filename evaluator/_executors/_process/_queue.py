@@ -118,6 +118,18 @@ class Batch:
             offset += hi - lo
         raise IndexError(position)
 
+    def tokens(self, a: int, b: int) -> list[int]:
+        """The tokens of the calls at positions ``a .. b``."""
+        out: list[int] = []
+        offset = 0
+        for job, lo, hi, _ in self.segments:
+            end = offset + hi - lo
+            first, last = max(a, offset), min(b, end)
+            if first < last:
+                out += [c.token for c in job.calls[lo + first - offset : lo + last - offset]]
+            offset = end
+        return out
+
 
 class WorkQueue:
     """Pending calls of every job, batches, and the cost estimate that sizes them."""

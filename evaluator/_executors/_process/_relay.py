@@ -19,6 +19,13 @@ blocks until ``SDK_REPLY`` brings the provider's reply (``llm_client.Forwarded``
 :func:`answer_forward` serves it in the engine. :meth:`RelayBridge.note_bypass` sends
 ``(SDK_NOTE, token, stage, what)``, ahead of the call's result on the same socket, so the
 engine marks the example unmeasured before it builds its observation.
+
+**Replay** (:class:`Replies`): the engine keeps each reply it relayed successfully, keyed
+by the call's token and the request's place among that call's requests, until the call's
+outcome is final. A call whose worker died before its outcome came back (a crash or a
+timeout kill of another call in the same batch) runs again in another worker; its model
+requests are answered from what was kept, without paying for them twice, as long as each
+asks the same as it did the first time (a request that differs is relayed anew).
 """
 
 from __future__ import annotations
@@ -34,7 +41,47 @@ from ..._context import Stage
 from ..._sdk._request import SDKRequest
 from ._wire import LLM, LLM_REPLY, PICKLE_PROTOCOL, SDK, SDK_NOTE, SDK_REPLY, control
 
-__all__ = ["Link", "RelayBridge", "answer", "answer_forward", "note_bypass", "rebuild_error"]
+__all__ = [
+    "Link",
+    "RelayBridge",
+    "Replies",
+    "answer",
+    "answer_forward",
+    "ask",
+    "ask_forward",
+    "note_bypass",
+    "rebuild_error",
+]
+
+
+async def ask(
+    handler: LLMHandler | None,
+    token: int,
+    stage: Stage,
+    instruction: str,
+    input: str | None,
+    options: dict[str, Any],
+) -> tuple[bool, Any]:
+    """In the engine: one relayed call, ``(True, text)`` or ``(False, error payload)``."""
+    try:
+        if handler is None:
+            raise RuntimeError("skynet.llm() has no model to call in this executor")
+        return True, await handler(token, stage, instruction, input, options)
+    except Exception as exc:
+        return False, _error_payload(exc)
+
+
+async def ask_forward(
+    handler: LLMHandler | None, token: int, stage: Stage, sdk_request: SDKRequest
+) -> tuple[bool, Any]:
+    """In the engine: one relayed SDK call (the SDK hook), as :func:`ask` answers."""
+    try:
+        forward = getattr(handler, "forward", None)
+        if forward is None:
+            raise RuntimeError("this executor routes no SDK calls")
+        return True, await forward(token, stage, sdk_request)
+    except Exception as exc:
+        return False, _error_payload(exc)
 
 
 async def answer(
@@ -47,27 +94,59 @@ async def answer(
     options: dict[str, Any],
 ) -> bytes:
     """In the engine: the reply to one relayed call, as a control message body."""
-    try:
-        if handler is None:
-            raise RuntimeError("skynet.llm() has no model to call in this executor")
-        text = await handler(token, stage, instruction, input, options)
-    except Exception as exc:
-        return control(LLM_REPLY, request, False, _error_payload(exc))
-    return control(LLM_REPLY, request, True, text)
+    ok, payload = await ask(handler, token, stage, instruction, input, options)
+    return control(LLM_REPLY, request, ok, payload)
 
 
 async def answer_forward(
     handler: LLMHandler | None, request: int, token: int, stage: Stage, sdk_request: SDKRequest
 ) -> bytes:
     """In the engine: the reply to one relayed SDK call (the SDK hook)."""
-    try:
-        forward = getattr(handler, "forward", None)
-        if forward is None:
-            raise RuntimeError("this executor routes no SDK calls")
-        reply = await forward(token, stage, sdk_request)
-    except Exception as exc:
-        return control(SDK_REPLY, request, False, _error_payload(exc))
-    return control(SDK_REPLY, request, True, reply)
+    ok, payload = await ask_forward(handler, token, stage, sdk_request)
+    return control(SDK_REPLY, request, ok, payload)
+
+
+class Replies:
+    """Replies relayed to calls whose outcome is not final yet, for replay after a crash.
+
+    Pure bookkeeping: ``key`` is what was asked (the message's tag and fields), the
+    payload what came back. A failed model call is kept too (``ok`` False): it was sent
+    and paid for like any other, and the call run again meets the same error, as its
+    first run would have.
+    """
+
+    __slots__ = ("_kept", "replayed")
+
+    def __init__(self) -> None:
+        self._kept: dict[int, dict[int, tuple[tuple[Any, ...], tuple[bool, Any]]]] = {}
+        #: Requests answered from a kept reply (model calls not paid again).
+        self.replayed = 0
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def lookup(self, token: int, order: int, key: tuple[Any, ...]) -> tuple[bool, Any] | None:
+        """The reply ``(ok, payload)`` to request ``order`` of call ``token`` when it was
+        answered before and asked the same; else None."""
+        kept = self._kept.get(token)
+        if kept is None:
+            return None
+        entry = kept.get(order)
+        if entry is None or entry[0] != key:
+            return None
+        self.replayed += 1
+        return entry[1]
+
+    def keep(self, token: int, order: int, key: tuple[Any, ...], reply: tuple[bool, Any]) -> None:
+        """The reply ``(ok, payload)`` to request ``order`` of call ``token``."""
+        self._kept.setdefault(token, {})[order] = (key, reply)
+
+    def forget(self, tokens: Any) -> None:
+        """The calls ``tokens`` are final: their replies will not be asked for again."""
+        kept = self._kept
+        if kept:
+            for token in tokens:
+                kept.pop(token, None)
 
 
 def note_bypass(handler: LLMHandler | None, token: int, stage: Stage, what: str) -> None:

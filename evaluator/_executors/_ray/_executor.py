@@ -79,6 +79,8 @@ CLOSE_POLLS_S = 10.0
 #: A piece (one submit on the node, whose outcomes come back together) carries about
 #: this much of one worker's time per worker.
 PIECE_NS = 100_000_000
+#: The work (seconds of each worker's time) the pipeline keeps queued for a Ray stage.
+BACKLOG_S = 0.5
 
 
 class RayExecutorStatistics(ExecutorStatistics, frozen=True, kw_only=True):
@@ -172,6 +174,13 @@ class RayExecutor:
         self._timeouts = 0
         self._crashes = 0
         self._startup_s: float | None = None
+
+    @property
+    def backlog_s(self) -> float:
+        """A batch's round trip to its node costs milliseconds: the pipeline keeps about
+        ``BACKLOG_S`` of every worker's time queued, so that batches are large and the
+        nodes never wait on the driver."""
+        return BACKLOG_S
 
     @property
     def parallelism(self) -> int:

@@ -108,6 +108,20 @@ class TestBounds:
         assert flow.limit(1) == max(2 * parallelism, 3)
         assert flow.limit(4096) == 3 * 4096
 
+    def test_a_backlog_the_executor_asks_for_is_kept_in_flight(self, fn: UserFunction) -> None:
+        """A Ray stage asks for seconds of queued work (``backlog_s``: its batches' round
+        trips to the nodes hide behind it); the bound holds that much work at the engine's
+        measured rate, and local executors ask for none (their bound is unchanged)."""
+        ray = open_executor(fn, "score", "ray", ExecutorOptions(timeout=5))
+        local = open_executor(fn, "score", "process", ExecutorOptions(timeout=5, workers=2))
+        assert ray.backlog_s > 0 and local.backlog_s == 0
+        for executor, expected in ((ray, int(ray.backlog_s / 0.001)), (local, 3 * 8)):
+            flow = Flow(0.0, None)
+            flow.attach(executor, None, ModelRouter(None))
+            assert flow.limit(8) == max(2 * executor.parallelism, 3 * 8)  # rate unknown yet
+            flow.sizer.per_example = 0.001  # a thousand examples a second
+            assert flow.limit(8) == max(expected, 2 * executor.parallelism)
+
     def test_concurrency_bounds_both(self, fn: UserFunction) -> None:
         """With `concurrency`, chunks and examples in flight stay within it."""
         flow = Flow(0.0, 64)

@@ -97,6 +97,13 @@ def _children() -> list[psutil.Process]:
     ]
 
 
+def _workers() -> list[psutil.Process]:
+    """Our live worker processes: the descendants but the pool's fork server (a child of
+    this process running ``_zygote``; the workers it forks are its children)."""
+    me = os.getpid()
+    return [p for p in _children() if not (p.ppid() == me and "_zygote" in " ".join(p.cmdline()))]
+
+
 async def _spare_ready(ex: ProcessExecutor) -> None:
     """Wait (at most 20 s, polling) until the executor's warm spare has imported the file."""
     for _ in range(2000):
@@ -173,7 +180,7 @@ class TestProcessExecutor:
         async with ProcessExecutor(chaos, "score", timeout=1, workers=1) as ex:
             first = await ex.submit([_call(i) for i in range(200)])  # cheap: big batches
             await _spare_ready(ex)
-            spare = {p.pid for p in _children()} - {first[0].value.extra["pid"]}
+            spare = {p.pid for p in _workers()} - {first[0].value.extra["pid"]}
             marker = tmp_path / "hang.started"
             calls = [_call(i) for i in range(20)]
             calls += [_call(20, "hang", marker=str(marker))]
@@ -264,7 +271,7 @@ class TestProcessExecutor:
             for _ in range(3):
                 await ex.submit([_call(i) for i in range(500)])
             await _spare_ready(ex)
-            workers = {p.pid for p in _children()}
+            workers = {p.pid for p in _workers()}
         pids = chaos.path.with_suffix(".pids").read_text().split()
         assert pids.count(str(os.getpid())) == 1
         assert len(workers) == 3  # two workers and the warm spare
@@ -354,7 +361,7 @@ class TestProcessExecutor:
             (first,) = await ex.submit([_call(0)])
             await _spare_ready(ex)
             worker = first.value.extra["pid"]
-            (spare,) = {p.pid for p in _children()} - {worker}
+            (spare,) = {p.pid for p in _workers()} - {worker}
             imported = chaos.path.with_suffix(".pids").read_text().split()
             assert str(spare) in imported  # the spare had imported the file before
             outcomes = await ex.submit([_call(1, "exit"), _call(2)])
@@ -363,7 +370,7 @@ class TestProcessExecutor:
             stats = ex.statistics()
             assert (stats.crashes, stats.restarts, stats.spares_promoted) == (1, 1, 1)
             await _spare_ready(ex)  # a new spare is started in the background
-            seen = {p.pid for p in _children()}
+            seen = {p.pid for p in _workers()}
             assert len(seen) == 2 and spare in seen and worker not in seen
             assert ex.statistics().spares_started == 2
         assert _children() == []
@@ -378,7 +385,7 @@ class TestProcessExecutor:
         async with ProcessExecutor(chaos, "score", timeout=30, workers=1) as ex:
             (first,) = await ex.submit([_call(0)])
             await _spare_ready(ex)
-            (spare,) = {p.pid for p in _children()} - {first.value.extra["pid"]}
+            (spare,) = {p.pid for p in _workers()} - {first.value.extra["pid"]}
             os.kill(spare, signal.SIGKILL)
             for _ in range(2000):  # at most 20 s
                 stats = ex.statistics()
@@ -505,14 +512,20 @@ from evaluator._calls import ScoreCall
 from evaluator._loader import load_function
 from evaluator._executors._process._executor import ProcessExecutor
 
+async def wait_for(ex, ready):
+    while not ready(ex.statistics()):
+        await asyncio.sleep(0.01)
+
 async def main():
     fn = load_function(sys.argv[1], "score")
     async with ProcessExecutor(fn, "score", timeout=60, workers=2) as ex:
+        await ex.submit([ScoreCall(1, 1, {"mode": "ok", "i": 1}, "a", {"answer": "a"})])
+        await wait_for(ex, lambda s: s.spare_ready and s.fork_server not in (None, "starting"))
+        # A crash: the spare takes its place, and a new spare is forked by the server.
+        await ex.submit([ScoreCall(2, 2, {"mode": "exit", "i": 2}, "a", None)])
+        await wait_for(ex, lambda s: s.workers_forked == 1 and s.spare_ready)
         call = ScoreCall(0, 0, {"mode": "hang", "i": 0, "marker": sys.argv[2]}, "a", None)
         task = asyncio.create_task(ex.submit([call]))
-        await ex.submit([ScoreCall(1, 1, {"mode": "ok", "i": 1}, "a", {"answer": "a"})])
-        while not ex.statistics().spare_ready:
-            await asyncio.sleep(0.01)
         print("ready", flush=True)
         await task
 
@@ -529,8 +542,8 @@ def parent_script(tmp_path: Path) -> Path:
 def test_workers_exit_when_engine_is_killed(
     chaos: UserFunction, parent_script: Path, tmp_path: Path
 ) -> None:
-    """After SIGKILL of the engine, its workers (one busy in user code, one idle, and the
-    warm spare) exit by themselves within 5 s."""
+    """After SIGKILL of the engine, its processes (one worker busy in user code, one
+    idle, the fork server and the warm spare it forked) exit by themselves within 5 s."""
     marker = tmp_path / "hang.started"
     with subprocess.Popen(
         [sys.executable, str(parent_script), str(chaos.path), str(marker)],
@@ -543,12 +556,14 @@ def test_workers_exit_when_engine_is_killed(
             deadline = time.monotonic() + 10
             while not marker.exists() and time.monotonic() < deadline:
                 time.sleep(0.01)
-            workers = psutil.Process(parent.pid).children()
-            assert len(workers) == 3
+            processes = psutil.Process(parent.pid).children(recursive=True)
+            assert len(processes) == 4
+            forked = [p for p in processes if p.ppid() != parent.pid]
+            assert len(forked) == 1  # the spare, a child of the fork server
         finally:
             parent.send_signal(signal.SIGKILL)
             parent.wait()
-    _, alive = psutil.wait_procs(workers, timeout=5)
+    _, alive = psutil.wait_procs(processes, timeout=5)
     assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
 
 
