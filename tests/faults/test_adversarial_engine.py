@@ -799,6 +799,7 @@ class _SubmitRaisesCancelled:
     kind = "thread"
     stage = "score"
     parallelism = 1
+    backlog_s = 0.0
 
     async def submit(self, calls: Any) -> Any:
         raise asyncio.CancelledError

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -244,6 +245,24 @@ class TestInvalidation:
         assert await self.run_twice(tmp_path, count_file, lambda s: s.update(models=changed)) == 0
 
 
+async def _stored_on_disk(cache: Path, n: int) -> None:
+    """Wait (at most 10 s) until the cache file holds ``n`` results: stores are written
+    by a background writer after the results are returned."""
+    import sqlite3
+
+    for _ in range(1000):
+        conn = sqlite3.connect(f"file:{cache / 'results.sqlite3'}?mode=ro", uri=True)
+        try:
+            if conn.execute("SELECT count(*) FROM results").fetchone()[0] >= n:
+                return
+        except sqlite3.Error:
+            pass
+        finally:
+            conn.close()
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{n} results never reached {cache}")
+
+
 class TestDisk:
     async def test_shared_across_evaluators(self, tmp_path: Path, count_file: Path) -> None:
         """A second Evaluator on the same directory takes the first one's results."""
@@ -311,6 +330,7 @@ class TestDisk:
         more = [dict(r, id=f"m{r['id']}", output="a") for r in rows(300)]
         async with Evaluator(metric, execution="inline", cache=cache) as ev:
             await ev.evaluate_many(None, first)
+            await _stored_on_disk(cache, 300)  # the writer's batch is in, not half-written
             for name in ("results.sqlite3", "results.sqlite3-wal"):
                 path = cache / name
                 if path.exists():

@@ -51,15 +51,30 @@ def _ray_processes() -> set[int]:
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "evaluator", "run", *EXAMPLE, "--execution", "ray", "--json", *args],
+    """The command in a session of its own: a run that outlasts its guard (100 s, inside
+    pytest's 120 s) is killed with every process it started, so that nothing of it is
+    left to be counted by the tests after this one, and fails with what it printed."""
+    argv = [sys.executable, "-m", "evaluator", "run", *EXAMPLE, "--execution", "ray", "--json"]
+    proc = subprocess.Popen(
+        [*argv, *args],
         cwd=ROOT,
         env=_env(),
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=300,
-        check=False,
+        start_new_session=True,
     )
+    try:
+        stdout, stderr = proc.communicate(timeout=100)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        raise AssertionError(f"the run did not end within 100 s:\n{stderr[-3000:]}") from None
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 def _check_report(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
