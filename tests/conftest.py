@@ -66,3 +66,17 @@ socket.getaddrinfo = _guarded_getaddrinfo
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def _no_resource_tracker_left() -> Any:
+    """A test that starts processes through ``multiprocessing`` (a spawn context) also
+    starts its resource tracker, a child of this process for the rest of the session:
+    stop it after the test, so that the tests that check this process leaves no child
+    behind (the executors', the pipeline's, the cancellations') see only their own."""
+    yield
+    from multiprocessing import resource_tracker
+
+    tracker = resource_tracker._resource_tracker
+    if getattr(tracker, "_pid", None) is not None:
+        tracker._stop()
