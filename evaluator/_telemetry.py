@@ -246,7 +246,12 @@ class Telemetry:
             for kind, count in kinds.items():
                 self._errors.add(count, {"error.type": kind})
         calls = self.calls
-        records = [calls.pop(t, None) for t in range(base, base + len(results))] if calls else None
+        records = None
+        if calls:
+            # With a result cache only the misses ran, numbered base.. in their order: a
+            # cached result made no call in this run.
+            tokens = iter(range(base, base + len(results)))
+            records = [None if r.cached else calls.pop(next(tokens), None) for r in results]
         tracer = self.tracer()
         if tracer is not None:
             _Spans(self, tracer).chunk(results, records, started_ns)

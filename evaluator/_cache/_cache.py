@@ -258,7 +258,7 @@ class ResultCache:
             self._remember(key, value)
             items.append((key, value))
         counts["stored"] += len(items)
-        if items and self._wake is not None and not self._closing:
+        if items and self._disk and self._wake is not None and not self._closing:
             self._pending.extend(items)
             self._wake.set()
 

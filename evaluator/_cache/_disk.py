@@ -134,11 +134,11 @@ class DiskStore:
                 "INSERT OR IGNORE INTO results (key, value, created) VALUES (?, ?, ?)",
                 [(k, v, now) for k, v in items],
             )
+            conn.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
 
     def stats(self) -> DiskStats:
         count, oldest, newest = self._conn.execute(
@@ -161,9 +161,14 @@ class DiskStore:
         """Delete every entry and give the space back; the number deleted."""
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
-        (count,) = conn.execute("SELECT count(*) FROM results").fetchone()
-        conn.execute("DELETE FROM results")
-        conn.execute("COMMIT")
+        try:
+            (count,) = conn.execute("SELECT count(*) FROM results").fetchone()
+            conn.execute("DELETE FROM results")
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
         # Giving the space back needs the file to itself: with a run reading it now, the
         # entries are gone all the same and the space is reused by the next entries.
         conn.execute("PRAGMA busy_timeout = 1000")

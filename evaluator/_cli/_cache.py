@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import sqlite3
 import sys
-from pathlib import Path
 
-from evaluator._cache import DiskStore
+from evaluator._cache import DiskStore, check_directory
 
 from ._main import EXIT_FAILED, EXIT_OK
 from ._options import CacheOptions
@@ -40,7 +39,7 @@ def execute(options: CacheOptions) -> int:
 
 
 def _execute(options: CacheOptions) -> int:
-    store = DiskStore.open(Path(options.directory))
+    store = DiskStore.open(check_directory(options.directory, option="directory"))
     try:
         if options.action == "clear":
             deleted = store.clear()

@@ -119,9 +119,10 @@ class FairSlots:
 
     async def acquire(self, share: Share | None, n: int) -> int:
         """Wait for room for ``n`` calls of ``share``; the units to :meth:`release`."""
-        units = max(1, min(n, self._capacity()))
+        capacity = self._capacity()
+        units = max(1, min(n, capacity))
         self._seq += 1
-        if not self.waiting and self.used + units <= self._capacity():
+        if not self.waiting and self.used + units <= capacity:
             self._queue.charge(share, units)
             self._take(units)
             return units

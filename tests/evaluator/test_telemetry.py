@@ -143,6 +143,41 @@ def _as_text(spans: tuple[ReadableSpan, ...], metrics: Any) -> str:
 
 
 class TestSpans:
+    async def test_with_a_cache_each_call_is_under_the_example_that_made_it(
+        self, tmp_path: Path, sim: Simulator, key_env: str, otel: Otel
+    ) -> None:
+        """In a chunk of cached and fresh examples, only the fresh ones ran: each model
+        call's span is a child of its own example's span, and a cached example has none."""
+        program = _write(tmp_path, "program.py", PROGRAM)
+        metric = _write(tmp_path, "metric.py", EXACT)
+        rows = [{"id": f"ex-{i}", "input": {"q": f"q-{i}"}, "expected": {"label": "x"}}
+                for i in range(4)]  # fmt: skip
+        async with Evaluator(
+            metric,
+            program,
+            models=_models(sim, key_env),
+            cache=True,
+            execution="inline",
+            tracer_provider=otel.tracer_provider,
+            meter_provider=otel.meter_provider,
+        ) as ev:
+            await ev.evaluate_many("Answer briefly.", [rows[0], rows[2]])
+            otel.exporter.clear()
+            results = await ev.evaluate_many("Answer briefly.", rows)
+        assert [r.cached for r in results] == [True, False, True, False]
+        spans = otel.spans()
+        by_id = {
+            s.attributes["skynet.example.id"]: s.context.span_id
+            for s in spans
+            if s.name == "skynet.example"
+        }
+        parents = sorted(
+            next(i for i, sid in by_id.items() if sid == s.parent.span_id)
+            for s in spans
+            if s.name == "chat sim-model" and s.parent is not None
+        )
+        assert parents == ["ex-1", "ex-3"]
+
     async def test_example_and_model_call_spans_under_the_callers_span(
         self, tmp_path: Path, sim: Simulator, key_env: str, otel: Otel
     ) -> None:
