@@ -121,10 +121,9 @@ def sharing(share: Share | None) -> Iterator[None]:
 class _Flow:
     """One tenant's state in a :class:`FairQueue`."""
 
-    __slots__ = ("finish", "queue", "queued", "tenant", "weight")
+    __slots__ = ("finish", "queue", "queued", "weight")
 
-    def __init__(self, tenant: Hashable, weight: float) -> None:
-        self.tenant = tenant
+    def __init__(self, weight: float) -> None:
         self.weight = weight
         self.finish = 0.0
         self.queue: list[tuple[int, int, Any]] = []  # (seq, order, item)
@@ -158,7 +157,7 @@ class FairQueue(Generic[T]):
             if len(self._flows) >= self._prune_at:
                 self._prune()
                 self._prune_at = max(self.PRUNE_AT, 2 * len(self._flows))
-            flow = self._flows[tenant] = _Flow(tenant, weight)
+            flow = self._flows[tenant] = _Flow(weight)
         else:
             flow.weight = weight
         return flow

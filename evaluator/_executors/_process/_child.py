@@ -464,8 +464,7 @@ def _serve(sock_fd: int, state_fd: int, parent_pid: int, preloaded: UserFunction
     os.close(state_fd)
     channel = _Channel(sock)
     init: WorkerInit = channel.recv()
-    if preloaded is None:
-        prepare_imports(init)
+    prepare_imports(init)  # a forked worker too: the engine's path may have grown since
     fn = _load(init, channel, preloaded)
     if init.has_llm:
         # A relayed model error arrives pickled, as the model client's own exception:

@@ -121,7 +121,6 @@ class ForkServer:
         self.note: str | None = None
         self.unsafe = False
         self.closed = False
-        self.forked = 0
         self.children: dict[int, ForkedProcess] = {}
         self._requests = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -160,7 +159,6 @@ class ForkServer:
         socket.send_fds(self.sock, [message], [sock_fd, state_fd])
         handle = ForkedProcess(self, request)
         self.children[request] = handle
-        self.forked += 1
         return handle
 
     def kill(self, request: int) -> None:

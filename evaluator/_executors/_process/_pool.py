@@ -280,7 +280,6 @@ class Pool:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.use_fork_server = fork_server and fork_supported()
         self.fork_server: ForkServer | None = None
-        self.fork_servers_lost = 0
         self.preload_refused: str | None = None  # why the user's file is not preloaded
         self.workers_forked = 0
         self.startup_failures = 0
@@ -432,7 +431,6 @@ class Pool:
             self.preload_refused = server.note
             self._start_fork_server(preload=False)
             return
-        self.fork_servers_lost += 1
         self.use_fork_server = False
 
     def replace(self, w: Worker, *, restart: bool) -> None:

@@ -16,7 +16,7 @@ becomes a ``RuntimeError`` carrying its text.
 The user's own SDK calls take the same road (the SDK hook, ``evaluator/_sdk/``):
 :meth:`RelayBridge.forward` sends ``(SDK, request, token, stage, sdk_request)`` and
 blocks until ``SDK_REPLY`` brings the provider's reply (``llm_client.Forwarded``);
-:func:`answer_forward` serves it in the engine. :meth:`RelayBridge.note_bypass` sends
+:func:`ask_forward` serves it in the engine. :meth:`RelayBridge.note_bypass` sends
 ``(SDK_NOTE, token, stage, what)``, ahead of the call's result on the same socket, so the
 engine marks the example unmeasured before it builds its observation.
 
@@ -46,7 +46,6 @@ __all__ = [
     "RelayBridge",
     "Replies",
     "answer",
-    "answer_forward",
     "ask",
     "ask_forward",
     "note_bypass",
@@ -96,14 +95,6 @@ async def answer(
     """In the engine: the reply to one relayed call, as a control message body."""
     ok, payload = await ask(handler, token, stage, instruction, input, options)
     return control(LLM_REPLY, request, ok, payload)
-
-
-async def answer_forward(
-    handler: LLMHandler | None, request: int, token: int, stage: Stage, sdk_request: SDKRequest
-) -> bytes:
-    """In the engine: the reply to one relayed SDK call (the SDK hook)."""
-    ok, payload = await ask_forward(handler, token, stage, sdk_request)
-    return control(SDK_REPLY, request, ok, payload)
 
 
 class Replies:

@@ -135,10 +135,11 @@ class _Server:
 
     def fork(self, request: int, fds: list[int]) -> None:
         sock_fd, state_fd = fds
+        server = os.getpid()  # before the fork: the child's getppid() may already be init's
         pid = os.fork()
         if pid == 0:
             try:
-                self.child(sock_fd, state_fd)
+                self.child(sock_fd, state_fd, server)
             finally:
                 os._exit(1)  # never back into the server's loop
         os.close(sock_fd)
@@ -153,10 +154,9 @@ class _Server:
             if pidfd is not None:
                 os.close(pidfd)
 
-    def child(self, sock_fd: int, state_fd: int) -> None:
+    def child(self, sock_fd: int, state_fd: int, server: int) -> None:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        server = os.getppid()
         for fd in (self.wake_r, self.wake_w):
             os.close(fd)
         self.ctl.close()
@@ -177,6 +177,14 @@ class _Server:
                 _send(self.ctl, EXITED, request, os.waitstatus_to_exitcode(status))
 
 
+def _open_fds() -> set[int]:
+    """This process's open file descriptors (empty where /proc cannot tell)."""
+    try:
+        return {int(name) for name in os.listdir("/proc/self/fd")}
+    except OSError:
+        return set()
+
+
 def main() -> None:
     """Entry point: ``python -c ... <root> <control fd> <engine pid> <preload 0|1>``."""
     from ._child import die_with_parent, ignore_sigint
@@ -192,10 +200,18 @@ def main() -> None:
     from ._child import prepare_imports
 
     prepare_imports(init)
+    before = _open_fds()
     fn, note = _preload(init) if preload else (None, "not preloaded (asked not to)")
     threads = threads_running()
     if threads > 1:
         _send(ctl, UNSAFE, f"importing it started {threads - 1} thread(s); forking is unsafe")
+        os._exit(0)
+    kept = len(_open_fds() - before)
+    if kept:
+        # A connection or file the import keeps open would be shared by every fork.
+        _send(
+            ctl, UNSAFE, f"importing it left {kept} file(s) or socket(s) open; forking shares them"
+        )
         os._exit(0)
     _send(ctl, READY, fn is not None, note)
     _Server(ctl, init, fn).serve()

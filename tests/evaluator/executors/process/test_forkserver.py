@@ -22,7 +22,8 @@ from evaluator._loader import UserFunction, load_function
 
 pytestmark = pytest.mark.skipif(not fork_supported(), reason="the fork server is Linux only")
 
-# Records each process that imports it; ``thread`` makes the import start a thread.
+# Records each process that imports it; ``thread`` makes the import start a thread,
+# ``keep`` makes it keep a file open.
 METRIC = """
 import os, threading, time
 from pathlib import Path
@@ -31,6 +32,8 @@ with open(Path(__file__).with_suffix(".pids"), "a") as f:
     f.write(f"{os.getpid()}\\n")
 if THREAD:
     threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+if KEEP:
+    KEPT = open(__file__)  # a file (a connection, a log) the import keeps open
 
 def score(input, output, expected=None):
     if input["mode"] == "exit":
@@ -42,9 +45,10 @@ def score(input, output, expected=None):
 """
 
 
-def _metric(folder: Path, *, thread: bool = False) -> UserFunction:
+def _metric(folder: Path, *, thread: bool = False, keep: bool = False) -> UserFunction:
     path = folder / "metric.py"
-    path.write_text(textwrap.dedent(METRIC).replace("THREAD", str(thread)))
+    source = textwrap.dedent(METRIC).replace("THREAD", str(thread)).replace("KEEP", str(keep))
+    path.write_text(source)
     return load_function(path, "score")
 
 
@@ -141,6 +145,22 @@ class TestForkServer:
             assert server.num_threads() == 1
             assert _kinds(await ex.submit([_call(i) for i in range(5)])) == ["ok"] * 5
         assert stats.fork_server is not None and "thread" in stats.fork_server
+        assert "each worker imports" in stats.fork_server
+        assert str(pid) in _imports(fn) and str(server.pid) not in _imports(fn)
+
+    async def test_file_whose_import_keeps_a_file_open_is_not_preloaded(
+        self, tmp_path: Path
+    ) -> None:
+        """A file whose import keeps a file or socket open is not preloaded (every fork
+        would share that descriptor): the statistics say why, and each forked worker
+        imports the file itself."""
+        fn = _metric(tmp_path, keep=True)
+        async with ProcessExecutor(fn, "score", timeout=30, workers=1) as ex:
+            pid = await _forked_pid(ex)
+            server = _fork_server(pid)
+            stats = ex.statistics()
+            assert _kinds(await ex.submit([_call(i) for i in range(5)])) == ["ok"] * 5
+        assert stats.fork_server is not None and "open" in stats.fork_server
         assert "each worker imports" in stats.fork_server
         assert str(pid) in _imports(fn) and str(server.pid) not in _imports(fn)
 
