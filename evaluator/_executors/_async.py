@@ -47,7 +47,7 @@ from .._context import Stage
 from .._loader import UserFunction
 from .._options import validate_count
 from .._results import ErrorInfo
-from ._base import ExecutionKind, ExecutorStatistics, check_executor
+from ._base import ExecutionKind, ExecutorStatistics, Progress, check_executor
 from ._bridge import LoopBridge
 
 __all__ = ["ASYNC_CONCURRENCY", "AsyncExecutor", "AsyncExecutorStatistics"]
@@ -93,10 +93,26 @@ class AsyncExecutorStatistics(ExecutorStatistics, frozen=True, kw_only=True):
 class _Job:
     """One submit: its calls, their outcomes, and the worker tasks running them."""
 
-    __slots__ = ("calls", "cancelled", "future", "left", "next", "outcomes", "runners", "running")
+    __slots__ = (
+        "calls",
+        "cancelled",
+        "future",
+        "left",
+        "next",
+        "outcomes",
+        "progress",
+        "runners",
+        "running",
+    )
 
-    def __init__(self, calls: Sequence[Call], loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        calls: Sequence[Call],
+        loop: asyncio.AbstractEventLoop,
+        progress: Progress | None = None,
+    ) -> None:
         self.calls = calls
+        self.progress = progress
         self.outcomes: list[Outcome | None] = [None] * len(calls)
         self.left = len(calls)
         self.next = 0  # the next call to claim
@@ -111,8 +127,11 @@ class _Job:
             return
         self.outcomes[index] = outcome
         self.left -= 1
-        if not self.left and not self.future.done():
-            self.future.set_result(None)
+        if not self.left:
+            if not self.future.done():
+                self.future.set_result(None)
+        elif self.progress is not None and not self.cancelled:
+            self.progress(1)
 
 
 class _Runner:
@@ -266,6 +285,10 @@ class AsyncExecutor:
     def backlog_s(self) -> float:
         return 0.0
 
+    @property
+    def idle(self) -> bool:
+        return False  # its parallelism is large: the in-flight bound keeps it fed
+
     async def __aenter__(self) -> Self:
         if self._state != "new":
             raise RuntimeError("an executor cannot be reopened; create a new one")
@@ -415,13 +438,16 @@ class AsyncExecutor:
         if job.left and not job.cancelled:
             self._start(job)  # a fresh worker task carries on with the rest
 
-    async def submit(self, calls: Sequence[Call]) -> list[Outcome]:
-        """Run ``calls``; one outcome per call, in order. Cancel-safe."""
+    async def submit(
+        self, calls: Sequence[Call], progress: Progress | None = None
+    ) -> list[Outcome]:
+        """Run ``calls``; one outcome per call, in order. Cancel-safe. ``progress`` is
+        told of each call as it ends."""
         if self._limiter is None or self._loop is None or self._state != "open":
             raise RuntimeError("the executor is not open; use `async with` first")
         if not calls:
             return []
-        job = _Job(calls, self._loop)
+        job = _Job(calls, self._loop, progress)
         self._start(job)  # more start as calls suspend (_grow)
         watch = self._watch
         if watch is not None:

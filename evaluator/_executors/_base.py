@@ -8,13 +8,17 @@ hang, crash its worker, return garbage), :meth:`Executor.submit` returns exactly
 ``submit`` returns at once and leaves the executor usable.
 
 Every executor says how many calls it runs at once (:attr:`Executor.parallelism`): the
-pipeline keeps that many busy, and never guesses it from the executor's kind.
+pipeline keeps that many busy, and never guesses it from the executor's kind. An
+executor that can tells the pipeline, while a submit runs, how many of its calls are
+done (:data:`Progress`): a submit held up by one slow call (a hang waiting out its
+timeout) then stops counting its finished calls as work in progress, and the pipeline
+gives the idle workers more.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, Self
 
@@ -33,6 +37,7 @@ __all__ = [
     "Executor",
     "ExecutorOptions",
     "ExecutorStatistics",
+    "Progress",
     "check_executor",
     "check_workers",
     "fit_workers",
@@ -46,6 +51,11 @@ PROCESSES_PER_CORE = 8
 MAX_THREADS = 4096
 
 ExecutionKind = Literal["process", "thread", "async", "inline", "ray"]
+
+#: ``progress(k)``: ``k`` more calls of a running submit have their outcomes. Called on
+#: the event loop, before the submit returns, never for more calls than it has; the
+#: calls whose outcomes arrive with its return need not be reported. Must not raise.
+Progress = Callable[[int], None]
 
 
 class ExecutorStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -93,12 +103,23 @@ class Executor(Protocol):
         executor's round trips to its nodes need a backlog to hide behind."""
         ...
 
+    @property
+    def idle(self) -> bool:
+        """A worker is free and no call waits for one: more work would start at once.
+        Where an executor cannot tell cheaply, False. The pipeline feeds an idle stage
+        beyond its in-flight bound (within a memory bound) when the calls it counts as
+        busy are held up behind a slow one."""
+        ...
+
     async def __aenter__(self) -> Self: ...
 
     async def __aexit__(self, *exc_info: object) -> None: ...
 
-    async def submit(self, calls: Sequence[Call]) -> list[Outcome]:
-        """Run ``calls``; one outcome per call, in order. Cancel-safe."""
+    async def submit(
+        self, calls: Sequence[Call], progress: Progress | None = None
+    ) -> list[Outcome]:
+        """Run ``calls``; one outcome per call, in order. Cancel-safe. ``progress``, if
+        given, is told of finished calls as they finish, where the executor can."""
         ...
 
     def statistics(self) -> ExecutorStatistics:

@@ -30,7 +30,7 @@ from .._calls import Call, LLMHandler, Outcome, SyncInvoker
 from .._context import Stage
 from .._loader import UserFunction
 from .._options import validate_count
-from ._base import ExecutionKind, ExecutorStatistics, check_executor, check_workers
+from ._base import ExecutionKind, ExecutorStatistics, Progress, check_executor, check_workers
 from ._bridge import LoopBridge
 
 __all__ = [
@@ -239,6 +239,10 @@ class ThreadExecutor:
     def backlog_s(self) -> float:
         return 0.0
 
+    @property
+    def idle(self) -> bool:
+        return False  # its parallelism is large: the in-flight bound keeps it fed
+
     async def __aenter__(self) -> Self:
         if self._state != "new":
             raise RuntimeError("an executor cannot be reopened; create a new one")
@@ -255,8 +259,13 @@ class ThreadExecutor:
     def _retired(self, worker: _Worker) -> None:
         self._abandoned.discard(worker)
 
-    async def submit(self, calls: Sequence[Call]) -> list[Outcome]:
-        """Run ``calls``; one outcome per call, in order. Cancel-safe."""
+    async def submit(
+        self, calls: Sequence[Call], progress: Progress | None = None
+    ) -> list[Outcome]:
+        """Run ``calls``; one outcome per call, in order. Cancel-safe. ``progress`` is
+        not told: outcomes are stored by the threads, and a hand-off to the loop for
+        each would cost more than the calls a thread runs (a slow submit here is one
+        example: slow calls travel in chunks of one)."""
         if self._state != "open" or self._loop is None:
             raise RuntimeError("the executor is not open; use `async with` first")
         if not calls:

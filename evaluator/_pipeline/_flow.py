@@ -11,6 +11,17 @@ chunk when calls are slow, so that a slow example never holds up others. Several
 run at once, within a bound on the examples in flight (so memory does not grow with the
 dataset) that is large enough to keep every executor's ``parallelism`` busy.
 
+A chunk's results go out together, so one slow call (a hang waiting out its timeout, a
+model call timing out) holds its whole chunk. The bound therefore counts the examples
+whose calls are still queued or running (*busy*), as executors report their calls done
+(:data:`~evaluator._executors._base.Progress`); the finished examples of a held chunk
+wait outside it, up to ``MAX_HELD`` more, and calls queued behind a slow one in a
+worker's batch do not hold the others up: while a stage is idle (``Executor.idle``)
+the dispatcher gives it new chunks beyond the busy bound (not
+with ``concurrency`` set: then it bounds every example in flight). A chunk waiting for
+its consumer stays busy: a slow consumer holds up the dispatcher. The stages' fair
+gates hand a submit's units back the same way, call by call.
+
 Each call of the flow runs for a tenant (a :class:`~llm_client.Share`): its chunks
 enter each stage's executor through that stage's fair gate, and its model calls are made
 under its share (``_scheduler.py``), so concurrent callers share slots and budgets by
@@ -49,6 +60,12 @@ __all__ = ["MAX_CHUNK", "Flow", "ResultStream", "Sizer", "Source"]
 MAX_CHUNK = 4096
 #: The most examples in flight that an executor's backlog (``Executor.backlog_s``) asks.
 MAX_BACKLOG = 65_536
+#: Examples at most, beyond the in-flight bound, whose calls are done but whose chunk
+#: waits for a slow call of its own (their results go out with the chunk's). Enough for a
+#: few thousand examples a second to flow past a hang of a few seconds; a memory bound.
+MAX_HELD = 16_384
+#: How often a dispatcher held up by its busy bound looks for an idle stage.
+IDLE_CHECK_S = 0.01
 #: The first chunk of an Evaluator that has measured nothing yet.
 START_CHUNK = 8
 #: A chunk should take about this much of the engine's time: long enough to amortise
@@ -67,6 +84,15 @@ class Sizer:
     and counting that wait as its examples' cost made chunks shrink as more of them ran
     at once, and more ran at once as they shrank, down to chunks of one example each
     whose overhead saturated the loop.
+
+    Nor is a chunk held up by one slow call of its own (a hang waiting out its timeout)
+    evidence that examples got slower, if other chunks finished meanwhile: the time per
+    example is the smaller of that wall-time figure and the time since the last chunk
+    finished over this chunk's examples (``gap``; the engine's completion rate). Taking
+    the held chunk at its word shrank chunks, and with them the in-flight bound and the
+    stage gates, to a few examples behind every hang. And one chunk can raise the
+    estimate at most twofold, so that a workload that really turns slow is followed
+    within a few chunks, a lone outlier not at once.
     """
 
     __slots__ = ("per_example", "size")
@@ -75,20 +101,23 @@ class Sizer:
         self.per_example: float | None = None
         self.size = START_CHUNK
 
-    def observe(self, n: int, seconds: float, in_flight: int) -> None:
+    def observe(self, n: int, seconds: float, in_flight: int, gap: float | None = None) -> None:
         """A chunk of ``n`` examples took ``seconds`` with ``in_flight`` examples in
-        flight, its own included."""
+        flight, its own included, and ended ``gap`` seconds after the chunk before it."""
         if n <= 0:
             return
-        per = max(seconds / max(n, in_flight), 1e-8)
-        # Weighted by n: a chunk of one says less about cheap calls than a chunk of 4096.
-        weight = min(1.0, 0.2 + n / 64)
-        self.per_example = (
-            per
-            if self.per_example is None
-            else self.per_example + weight * (per - self.per_example)
-        )
-        self.size = max(1, min(MAX_CHUNK, int(TARGET_CHUNK_S / self.per_example)))
+        per = seconds / max(n, in_flight)
+        if gap is not None:
+            per = min(per, gap / n)
+        per = max(per, 1e-8)
+        current = self.per_example
+        if current is None:
+            self.per_example = current = per
+        else:
+            # Weighted by n: a chunk of one says less about cheap calls than one of 4096.
+            weight = min(1.0, 0.2 + n / 64)
+            self.per_example = current = current + weight * (min(per, 2 * current) - current)
+        self.size = max(1, min(MAX_CHUNK, int(TARGET_CHUNK_S / current)))
 
 
 class Source:
@@ -160,14 +189,19 @@ class Flow:
         self.cache: ResultCache | None = None
         self.telemetry: Telemetry | None = None
         self.sizer = Sizer()
+        self._last_done: int | None = None  # when the last chunk ended (clock ns)
         self.streams: set[asyncio.Task[None]] = set()
         self.next_token = 0
         self.examples = 0
         self.ok = 0
         self.in_flight = 0
         self.tenants = TenantBook()
-        self.metric_slots = FairSlots(lambda: self.capacity(self.metric))
-        self.program_slots = FairSlots(lambda: self.capacity(self.program))
+        self.metric_slots = FairSlots(
+            lambda: self.capacity(self.metric), lambda: _idle(self.metric)
+        )
+        self.program_slots = FairSlots(
+            lambda: self.capacity(self.program), lambda: _idle(self.program)
+        )
 
     def attach(
         self,
@@ -252,11 +286,13 @@ class Flow:
         """Pull chunks, run several at once within the in-flight bound, emit results."""
         flight = _Flight()
 
-        async def run(chunk: list[Example], position: int, in_flight: int) -> None:
+        async def run(chunk: list[Example], position: int, in_flight: int, busy: _Busy) -> None:
             try:
-                await emit(position, await self.chunk(artifact, chunk, in_flight, share=share))
+                results = await self.chunk(artifact, chunk, in_flight, share=share, busy=busy)
+                await emit(position, results)
             finally:
                 # Counted until emitted: a slow consumer must hold up the dispatcher.
+                busy.expect(0)
                 flight.count -= len(chunk)
                 self.in_flight -= len(chunk)
                 flight.event.set()
@@ -266,23 +302,51 @@ class Flow:
                 while True:
                     size = self.chunk_size()
                     limit = self.limit(size)
-                    while flight.count and flight.count + size > limit:
+                    # The user's `concurrency` bounds every example in flight.
+                    held = MAX_HELD if self.concurrency is None else 0
+                    while flight.count and not self._room(flight, size, limit, held):
                         flight.event.clear()
-                        await flight.event.wait()
+                        if flight.count + size > limit + held:
+                            await flight.event.wait()
+                            continue
+                        # Held up behind slow calls: look again soon for an idle stage.
+                        self.metric_slots.poke()
+                        self.program_slots.poke()
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout(IDLE_CHECK_S):
+                                await flight.event.wait()
                     position = source.position
                     chunk = await source.take(size)
                     if not chunk:
                         break
                     flight.count += len(chunk)
                     self.in_flight += len(chunk)
-                    tg.create_task(run(chunk, position, flight.count))
+                    busy = _Busy(flight, len(chunk))
+                    tg.create_task(run(chunk, position, flight.count, busy))
+
+    def _room(self, flight: _Flight, size: int, limit: int, held: int) -> bool:
+        """Room for a chunk of ``size``: within the bound on busy examples, or, within
+        the memory bound, a stage is idle (the calls counted busy wait behind a slow
+        one: a hang in a worker's batch)."""
+        if flight.count + size > limit + held:
+            return False
+        if flight.busy + size <= limit:
+            return True
+        return held > 0 and any(ex.idle for ex in (self.program, self.metric) if ex is not None)
 
     async def chunk(
-        self, artifact: Any, examples: list[Example], in_flight: int, *, share: Share | None = None
+        self,
+        artifact: Any,
+        examples: list[Example],
+        in_flight: int,
+        *,
+        share: Share | None = None,
+        busy: _Busy | None = None,
     ) -> list[Result]:
         """Run one chunk through both stages; one result per example, in order.
 
-        ``in_flight``: the examples in flight when it started, its own included.
+        ``in_flight``: the examples in flight when it started, its own included; ``busy``
+        counts its calls still queued or running for the dispatcher.
         """
         n = len(examples)
         started = self._clock()
@@ -291,9 +355,11 @@ class Flow:
         self.tenants.add(base, n, share)
         try:
             if self.cache is not None:
-                results, errors = await self._cached(self.cache, artifact, examples, base, share)
+                results, errors = await self._cached(
+                    self.cache, artifact, examples, base, share, busy
+                )
             else:
-                results, errors = await self._stages(artifact, examples, base, share)
+                results, errors = await self._stages(artifact, examples, base, share, busy)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is None or task.cancelling():
@@ -308,7 +374,10 @@ class Flow:
         if len(results) != n:  # one result per example, whatever happened
             results, lost = assembly.complete(examples, results, self.failure_score)
             errors += lost
-        self.sizer.observe(n, (self._clock() - started) / 1e9, in_flight)
+        now = self._clock()
+        gap = (now - self._last_done) / 1e9 if self._last_done is not None else None
+        self._last_done = now
+        self.sizer.observe(n, (now - started) / 1e9, in_flight, gap)
         self.examples += n
         self.ok += n - errors
         if self.telemetry is not None:  # OpenTelemetry hook: spans and metrics, after the fact
@@ -316,21 +385,35 @@ class Flow:
         return results
 
     async def _submit(
-        self, slots: FairSlots, executor: Executor, calls: list[Any], share: Share | None
+        self,
+        slots: FairSlots,
+        executor: Executor,
+        calls: list[Any],
+        share: Share | None,
+        busy: _Busy | None,
     ) -> list[Outcome]:
-        """``executor.submit(calls)`` once the stage's fair gate admits them."""
+        """``executor.submit(calls)`` once the stage's fair gate admits them; the gate's
+        units and the busy count go down as the executor reports calls done."""
+        if busy is not None:
+            busy.expect(len(calls))
         units = await slots.acquire(share, len(calls))
+        submission = _Submission(slots, units, len(calls), busy)
         try:
-            return await executor.submit(calls)
+            return await executor.submit(calls, submission)
         finally:
-            slots.release(units)
+            submission.close()
 
     async def _stages(
-        self, artifact: Any, examples: list[Example], base: int, share: Share | None
+        self,
+        artifact: Any,
+        examples: list[Example],
+        base: int,
+        share: Share | None,
+        busy: _Busy | None,
     ) -> tuple[list[Result], int]:
         if self.program is not None:
-            return await self._with_program(self.program, artifact, examples, base, share)
-        return await self._score_only(examples, base, share)
+            return await self._with_program(self.program, artifact, examples, base, share, busy)
+        return await self._score_only(examples, base, share, busy)
 
     async def _cached(
         self,
@@ -339,12 +422,13 @@ class Flow:
         examples: list[Example],
         base: int,
         share: Share | None,
+        busy: _Busy | None,
     ) -> tuple[list[Result], int]:
         """The cache's hits, and the stages for its misses (stored when they succeed)."""
         found = await cache.lookup(artifact, examples)
         if not found.misses:
             return found.merge(()), 0
-        fresh, errors = await self._stages(artifact, found.misses, base, share)
+        fresh, errors = await self._stages(artifact, found.misses, base, share, busy)
         if len(fresh) != len(found.misses):  # one result per example, whatever happened
             fresh, lost = assembly.complete(found.misses, fresh, self.failure_score)
             errors += lost
@@ -358,19 +442,20 @@ class Flow:
         examples: list[Example],
         base: int,
         share: Share | None,
+        busy: _Busy | None,
     ) -> tuple[list[Result], int]:
         """The run stage, then the score stage for the examples whose program succeeded."""
         assert self.metric is not None and self.router is not None
         fail = self.failure_score
         calls = assembly.run_calls(artifact, examples, base)
-        outcomes = await self._submit(self.program_slots, program, calls, share)
+        outcomes = await self._submit(self.program_slots, program, calls, share, busy)
         holes, score_calls, where = assembly.after_program(
             examples, calls, outcomes, self.router.program_meters, fail
         )
         errors = len(examples) - len(score_calls)
         scored: list[Result] = []
         if score_calls:
-            outcomes = await self._submit(self.metric_slots, self.metric, score_calls, share)
+            outcomes = await self._submit(self.metric_slots, self.metric, score_calls, share, busy)
             scored, score_errors = assembly.scored_results(
                 score_calls, outcomes, self.router.judge_meters, fail
             )
@@ -378,14 +463,14 @@ class Flow:
         return assembly.fill_holes(holes, where, scored), errors
 
     async def _score_only(
-        self, examples: list[Example], base: int, share: Share | None
+        self, examples: list[Example], base: int, share: Share | None, busy: _Busy | None
     ) -> tuple[list[Result], int]:
         """The score stage on each example's own output."""
         assert self.metric is not None and self.router is not None
         fail = self.failure_score
         calls = assembly.score_only_calls(examples, base)
         outcomes: list[Outcome] = (
-            await self._submit(self.metric_slots, self.metric, calls, share) if calls else []
+            await self._submit(self.metric_slots, self.metric, calls, share, busy) if calls else []
         )
         results, errors = assembly.scored_results(calls, outcomes, self.router.judge_meters, fail)
         if len(calls) != len(examples):  # some examples have no output: each its own error
@@ -394,14 +479,76 @@ class Flow:
         return results, errors
 
 
-class _Flight:
-    """Examples in flight in one evaluation, and a wake-up for the dispatcher."""
+def _idle(executor: Executor | None) -> bool:
+    return executor is not None and executor.idle
 
-    __slots__ = ("count", "event")
+
+class _Flight:
+    """Examples in flight in one evaluation (``count``: not yet emitted; ``busy``: those
+    whose calls are queued or running), and a wake-up for the dispatcher."""
+
+    __slots__ = ("busy", "count", "event")
 
     def __init__(self) -> None:
         self.count = 0
+        self.busy = 0
         self.event = asyncio.Event()
+
+
+class _Busy:
+    """One chunk's share of :attr:`_Flight.busy`: the calls of its current stage not yet
+    done (all of its examples until its first stage starts)."""
+
+    __slots__ = ("flight", "n")
+
+    def __init__(self, flight: _Flight, n: int) -> None:
+        self.flight = flight
+        self.n = n
+        flight.busy += n
+
+    def expect(self, n: int) -> None:
+        """A stage of ``n`` calls starts (0: the chunk is done)."""
+        flight = self.flight
+        flight.busy += n - self.n
+        if n < self.n:
+            flight.event.set()
+        self.n = n
+
+    def done(self, k: int) -> None:
+        """``k`` calls of the current stage are done."""
+        k = min(k, self.n)
+        if k > 0:
+            self.n -= k
+            self.flight.busy -= k
+            self.flight.event.set()
+
+
+class _Submission:
+    """The :data:`~evaluator._executors._base.Progress` of one submit: hands the stage
+    gate's units back in proportion to the calls done, and counts them off the chunk's
+    busy calls."""
+
+    __slots__ = ("busy", "calls", "done", "held", "slots", "units")
+
+    def __init__(self, slots: FairSlots, units: int, calls: int, busy: _Busy | None) -> None:
+        self.slots, self.units, self.calls, self.busy = slots, units, calls, busy
+        self.held = units
+        self.done = 0
+
+    def __call__(self, k: int) -> None:
+        self.done = done = min(self.calls, self.done + k)
+        keep = -(-self.units * (self.calls - done) // self.calls)  # rounded up
+        if keep < self.held:
+            self.slots.release(self.held - keep)
+            self.held = keep
+        if self.busy is not None:
+            self.busy.done(k)
+
+    def close(self) -> None:
+        """The submit is over: whatever it still holds goes back."""
+        if self.held:
+            self.slots.release(self.held)
+            self.held = 0
 
 
 _END = object()

@@ -101,16 +101,24 @@ class FairSlots:
     """A weighted fair gate in front of one executor: chunks in, by tenant, by weight.
 
     ``capacity()`` is the calls the gate lets into the executor at once (read at each
-    admission: the flow's chunk size changes as it measures). A chunk takes as many
-    units as it has calls, at most the capacity, so one large chunk of cheap calls is
-    admitted alone rather than never. Waiting tenants are served by start-time fair
-    queueing, each chunk charged its units; within a tenant, in arrival order.
+    admission: the flow's chunk size changes as it measures). A chunk is admitted while
+    the gate has room, and takes as many units as it has calls, at most the room left:
+    one large chunk of cheap calls is admitted rather than never, and a chunk does not
+    wait for a whole gate's room behind the few calls of another that a slow call holds
+    up (its units come back call by call, as the flow reports them done). Waiting
+    tenants are served by start-time fair queueing, each chunk charged the units it
+    asked for; within a tenant, in arrival order. While the executor is ``idle()`` (a
+    worker free, nothing queued: the units in use are calls held up behind a slow one)
+    the next chunk is admitted whatever the units say.
     Cancel-safe: a ticket cancelled while waiting leaves the line, one admitted in the
     same tick hands its units back.
     """
 
-    def __init__(self, capacity: Callable[[], int]) -> None:
+    def __init__(
+        self, capacity: Callable[[], int], idle: Callable[[], bool] = lambda: False
+    ) -> None:
         self._capacity = capacity
+        self._idle = idle
         self._queue: FairQueue[_Ticket] = FairQueue(_left)
         self._seq = 0
         self.used = 0
@@ -122,8 +130,9 @@ class FairSlots:
         capacity = self._capacity()
         units = max(1, min(n, capacity))
         self._seq += 1
-        if not self.waiting and self.used + units <= capacity:
+        if not self.waiting and (self.used < capacity or self._idle()):
             self._queue.charge(share, units)
+            units = max(1, min(units, capacity - self.used))
             self._take(units)
             return units
         ticket = _Ticket(units, asyncio.get_running_loop().create_future())
@@ -134,18 +143,23 @@ class FairSlots:
             await ticket.future
         except asyncio.CancelledError:
             if ticket.future.done() and not ticket.future.cancelled():
-                self.release(units)  # admitted in the same tick as the cancellation
+                self.release(ticket.units)  # admitted in the same tick as the cancellation
             else:
                 ticket.future.cancel()
                 self.waiting -= 1
                 self._dispatch()
             raise
-        return units
+        return ticket.units
 
     def release(self, units: int) -> None:
         """Hand ``units`` back and admit whoever fits next."""
         self.used -= units
         self._dispatch()
+
+    def poke(self) -> None:
+        """Admit whoever fits now (the executor may have become idle)."""
+        if self.waiting:
+            self._dispatch()
 
     def _take(self, units: int) -> None:
         self.used += units
@@ -155,9 +169,10 @@ class FairSlots:
         capacity = self._capacity()
         queue = self._queue
         while (head := queue.peek()) is not None:
-            if self.used and self.used + head.units > capacity:
+            if self.used >= capacity and not self._idle():
                 return
             queue.pop(head.units)
             self.waiting -= 1
+            head.units = max(1, min(head.units, capacity - self.used))
             self._take(head.units)
             head.future.set_result(None)

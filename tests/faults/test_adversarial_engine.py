@@ -800,8 +800,9 @@ class _SubmitRaisesCancelled:
     stage = "score"
     parallelism = 1
     backlog_s = 0.0
+    idle = False
 
-    async def submit(self, calls: Any) -> Any:
+    async def submit(self, calls: Any, progress: Any = None) -> Any:
         raise asyncio.CancelledError
 
     def statistics(self) -> Any:

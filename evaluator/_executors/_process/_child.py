@@ -47,6 +47,9 @@ from ._relay import RelayBridge
 from ._wire import (
     BATCH,
     BATCH_ROWS,
+    CUT_END,
+    CUT_INDEX,
+    CUT_SEQ,
     EXIT_FATAL,
     EXIT_MEMORY,
     FATAL,
@@ -399,6 +402,8 @@ class _Worker:
         # One bridge for the worker, its token set call after call (as its context is).
         bridge = RelayBridge(channel, 0, stage) if self.has_llm else None
         for index, row in enumerate(rows):
+            if state[CUT_END] >= seq and (seq > state[CUT_SEQ] or index >= state[CUT_INDEX]):
+                break  # the engine took the rest back: a stalled call held it up here
             if bridge is not None and type(row) is tuple:  # not an _Unreadable row
                 bridge.token = row[0]
             state[INDEX] = index

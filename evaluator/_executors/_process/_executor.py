@@ -55,13 +55,16 @@ from ..._calls import Call, LLMHandler, Outcome
 from ..._context import Stage
 from ..._loader import UserFunction
 from ..._options import validate_count
-from .._base import ExecutionKind, ExecutorStatistics, check_executor, check_workers
+from .._base import ExecutionKind, ExecutorStatistics, Progress, check_executor, check_workers
 from ._pool import Pool, Worker, WorkerExit
 from ._queue import Batch, Job, Segment, WorkQueue
 from ._relay import Replies, ask, ask_forward, note_bypass
 from ._wire import (
     BATCH,
     BATCH_ROWS,
+    CUT_END,
+    CUT_INDEX,
+    CUT_SEQ,
     EXIT_MEMORY,
     KIND_RESULT,
     LLM,
@@ -120,6 +123,12 @@ class ProcessExecutorStatistics(ExecutorStatistics, frozen=True, kw_only=True):
     fork_server: str | None = None
     """The fork server: "preloads the user's file", "forks; each worker imports the
     user's file: <why>", "starting", or None (not started, or not on this platform)."""
+    stand_ins_started: int = 0
+    """Extra workers forked to stand in for stalled ones: workers whose call held a
+    slot without using a core (a hang, a sleep, a wait on a model call)."""
+    calls_taken_back: int = 0
+    """Calls taken back, before they began, from a stalled worker's batches and run by
+    other workers (not counted in ``calls_requeued``)."""
     model_calls_replayed: int = 0
     """Model requests (``skynet.llm``, routed SDK calls) of a call run again after its
     worker died, answered with the reply its first run was given: not paid twice."""
@@ -179,6 +188,7 @@ class ProcessExecutor:
         self._timeouts = 0
         self._cancel_kills: set[tuple[int, int]] = set()  # (seq, index) killed for a cancel
         self._killed_for_cancel = 0
+        self._taken_back = 0
         self._replies = Replies()
 
     @property
@@ -189,6 +199,12 @@ class ProcessExecutor:
     @property
     def backlog_s(self) -> float:
         return 0.0
+
+    @property
+    def idle(self) -> bool:
+        """A usable worker holds no batch and no call is queued (a stand-in that has just
+        started, say, or a worker beside one held up by a hang)."""
+        return self._queue.pending_count == 0 and self._pool.idle()
 
     # -- lifetime ---------------------------------------------------------------------
 
@@ -236,6 +252,8 @@ class ProcessExecutor:
             calls_requeued=queue.requeued,
             call_cost_ms=None if cost is None else cost / 1e6,
             spares_started=pool.spares_started,
+            stand_ins_started=pool.stand_ins_started,
+            calls_taken_back=self._taken_back,
             spares_promoted=pool.spares_promoted,
             spare_ready=pool.spare is not None and pool.spare.ready,
             killed_for_cancel=self._killed_for_cancel,
@@ -246,8 +264,11 @@ class ProcessExecutor:
 
     # -- submitting -------------------------------------------------------------------
 
-    async def submit(self, calls: Sequence[Call]) -> list[Outcome]:
-        """Run ``calls``; one outcome per call, in order. Cancel-safe."""
+    async def submit(
+        self, calls: Sequence[Call], progress: Progress | None = None
+    ) -> list[Outcome]:
+        """Run ``calls``; one outcome per call, in order. Cancel-safe. ``progress`` is
+        told of the outcomes of each batch as it comes back."""
         if self._phase != "open":
             raise RuntimeError(
                 "the ProcessExecutor is closed"
@@ -258,7 +279,7 @@ class ProcessExecutor:
             return []
         assert self._loop is not None
         future: asyncio.Future[None] = self._loop.create_future()
-        job = Job(list(calls), partial(_wake, future))
+        job = Job(list(calls), partial(_wake, future), progress)
         if self._pool.broken is not None:
             job.fail(self._pool.broken)
             return job.results
@@ -369,8 +390,12 @@ class ProcessExecutor:
         self, w: Worker, seq: int, start: int, work_ns: int, final: bool, outcomes: list[Any]
     ) -> None:
         if not w.batches or w.batches[0].seq != seq:
-            return  # a batch already given up on (its job failed)
+            return  # a batch already given up on (its job failed, or taken back)
         batch = w.batches[0]
+        if start + len(outcomes) > batch.size:
+            # Calls taken back from a stalled worker that ran before it saw the cut (a
+            # call ending just as the cut was written): their copies elsewhere count.
+            outcomes = outcomes[: max(0, batch.size - start)]
         self._queue.record(batch, start, work_ns, outcomes)
         if self._replies:  # these calls are final: their replies are not needed again
             self._replies.forget(batch.tokens(start, start + len(outcomes)))
@@ -462,6 +487,35 @@ class ProcessExecutor:
             self._timeouts += exit.kill is not None
 
     def on_capacity(self) -> None:
+        self._dispatch()
+
+    def on_stalled(self, w: Worker) -> None:
+        """``w`` is stalled in a call (asleep, hung, waiting on a model): take back the
+        calls it holds that have not begun, for the other workers and the stand-ins.
+
+        The cut is written to its state array before the calls are queued again; the
+        worker reads it before each call. A call that begins in the instant between the
+        engine's look and the cut runs twice (its late outcome is dropped): never lost.
+        """
+        running = self._pool.running_call(w)
+        batches = w.batches
+        if running is None or not batches or batches[0].seq != running[0]:
+            return
+        seq, index, _ = running
+        later = list(batches)[1:]
+        first = batches[0]
+        if index + 1 >= first.size and not later:
+            return
+        state = w.state
+        state[CUT_SEQ] = seq
+        state[CUT_INDEX] = index + 1
+        state[CUT_END] = later[-1].seq if later else seq
+        taken = self._queue.take_back(first, index + 1)
+        for batch in later:
+            batches.remove(batch)
+            taken += self._queue.take_back(batch, 0)
+        w.assigned -= taken
+        self._taken_back += taken
         self._dispatch()
 
 

@@ -23,6 +23,17 @@
   ended) workers are started as fresh interpreters.
 - **The watchdog** sleeps until the earliest deadline of a running call and kills a
   worker whose call is past the timeout; the replacement starts at once.
+- **Stand-ins**: a worker whose call has run a while without using its core (it sleeps,
+  hangs, or waits on a model call relayed to the engine) is *stalled*: it holds a slot,
+  not a core. The calls queued behind the stalled one in its batches are taken back
+  (the executor writes a cut the worker reads before each call) and, for each stalled
+  worker, the pool forks a stand-in (with the fork server only: milliseconds each), a
+  worker like the others that takes the pending work, so
+  that a hang waiting out its timeout or a judge call waiting on its model does not
+  leave a core idle; at most ``MAX_STAND_INS_PER_WORKER`` per worker of the pool's size.
+  When the stalled calls end, idle stand-ins retire. A call busy on its core, or
+  waiting for one (runnable), is never stalled, so CPU-bound work is never
+  oversubscribed. Linux only (a worker's CPU time and state are read from ``/proc``).
 - **Exits** are seen as the process ending (a pidfd on Linux, else polling once its
   socket has closed); :class:`PoolEvents` hears of each, with what the worker was
   running, so that the executor can settle its calls.
@@ -83,6 +94,15 @@ MAX_STARTUP_FAILURES = 3
 #: times the mean cost (a batch queued behind a long call cannot move elsewhere).
 PREFETCH_STUCK_FACTOR = 20
 PREFETCH_STUCK_MIN_NS = 2_000_000
+#: A call is looked at for a stall once it has run this long, its worker's CPU time then
+#: measured over ``STALL_PROBE_NS``; below ``STALL_CPU_SHARE`` of a core, it is stalled.
+STALL_AFTER_NS = 10_000_000
+STALL_PROBE_NS = 40_000_000
+STALL_CPU_SHARE = 0.5
+#: How often running calls are looked at (ten times less often with none running).
+STALL_CHECK_S = 0.01
+#: Stand-ins at most per worker of the pool's size (each a forked process).
+MAX_STAND_INS_PER_WORKER = 4
 
 _ROOT = str(Path(__file__).resolve().parents[3])
 #: A worker's start-up, run with ``python -c``: ``evaluator`` imports lazily, so this
@@ -113,6 +133,7 @@ class Worker:
         "closed",
         "kill",
         "pidfd",
+        "probe",
         "proc",
         "ready",
         "relay_order",
@@ -120,6 +141,7 @@ class Worker:
         "replaced",
         "retiring",
         "spare",
+        "stand_in",
         "state",
         "state_map",
         "tasks",
@@ -141,6 +163,9 @@ class Worker:
         self.retiring = False
         self.replaced = False  # another worker has been put in its place
         self.spare = False  # idle, outside ``Pool.workers`` until promoted
+        self.stand_in = False  # an extra worker, standing in for a stalled one
+        # (start of the call, when, CPU time then): the stall probe of its running call
+        self.probe: tuple[int, int, int] | None = None
         self.ready = False
         self.closed = False
         self.kill: tuple[int, int, int] | None = None  # seq, index, start of a timed-out call
@@ -195,6 +220,37 @@ class PoolEvents(Protocol):
 
     def on_capacity(self) -> None:
         """Workers changed (one ready, replaced, killed, or the pool broke): dispatch."""
+
+    def on_stalled(self, worker: Worker) -> None:
+        """``worker`` is stalled in a call: what it holds that has not begun may move."""
+
+
+def _clock_tick_ns() -> float | None:
+    """Nanoseconds per tick of ``/proc/<pid>/stat``'s CPU times (None: no ``/proc``)."""
+    if not os.path.exists("/proc/self/stat"):
+        return None
+    try:
+        return 1e9 / os.sysconf("SC_CLK_TCK")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+_TICK_NS = _clock_tick_ns()
+
+
+def cpu_state(pid: int | None) -> tuple[int, bool] | None:
+    """The CPU time (user and system, ns) process ``pid`` has used, and whether it is
+    runnable now (running, or waiting for a core), from ``/proc``."""
+    if pid is None or _TICK_NS is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        fields = data[data.rindex(b")") + 2 :].split()
+        used = int((int(fields[11]) + int(fields[12])) * _TICK_NS)
+    except (OSError, ValueError, IndexError):
+        return None
+    return used, fields[0] == b"R"
 
 
 def _state_fd() -> int:
@@ -274,6 +330,9 @@ class Pool:
         self.events = events
         self.workers: list[Worker] = []
         self.spare: Worker | None = None
+        self.stalled: set[Worker] = set()  # workers whose call holds a slot, not a core
+        self.stand_ins: set[Worker] = set()
+        self.stand_ins_started = 0
         self.broken: ErrorInfo | None = None
         self.running = False
         self.tasks: set[asyncio.Task[None]] = set()
@@ -295,6 +354,8 @@ class Pool:
         for _ in range(self.size):
             self.spawn()
         self.start_task(self._watchdog())
+        if _TICK_NS is not None and self.use_fork_server:
+            self.start_task(self._stall_watch())
 
     def stop(self) -> list[Worker]:
         """Stop everything at once, without waiting: no more starts, every process killed
@@ -341,8 +402,9 @@ class Pool:
 
     # -- workers ----------------------------------------------------------------------
 
-    def spawn(self, *, spare: bool = False) -> None:
-        """Start one worker process (or the spare), and send it what to load."""
+    def spawn(self, *, spare: bool = False, stand_in: bool = False) -> None:
+        """Start one worker process (or the spare, or a stand-in), and send it what to
+        load."""
         loop = self._loop
         assert loop is not None
         if not self.running:
@@ -370,6 +432,10 @@ class Pool:
             self.spares_started += 1
         else:
             self.workers.append(w)
+        if stand_in:
+            w.stand_in = True
+            self.stand_ins.add(w)
+            self.stand_ins_started += 1
         w.send(pickle.dumps(self._init(), PICKLE_PROTOCOL))
         w.channel.start()
         if pidfd is not None:
@@ -439,6 +505,8 @@ class Pool:
         if w.replaced or not self.running or self.broken is not None:
             return
         w.replaced = True
+        if w.stand_in:
+            return  # nobody's slot: the stall watch starts another if one is needed
         if restart:
             self.restarts += 1
         spare = self.spare
@@ -511,6 +579,10 @@ class Pool:
     def usable(self) -> int:
         """Workers open to new batches."""
         return sum(1 for w in self.workers if w.usable)
+
+    def idle(self) -> bool:
+        """A usable worker holds no batch."""
+        return any(w.usable and not w.batches for w in self.workers)
 
     def alive(self) -> int:
         """Worker processes running now, the spare not counted."""
@@ -617,6 +689,8 @@ class Pool:
             return
         self._unwatch(w)
         w.closed = True
+        self.stalled.discard(w)
+        self.stand_ins.discard(w)
         for task in w.tasks:
             task.cancel()
         if w.channel is not None:
@@ -627,6 +701,76 @@ class Pool:
         w.state_map.close()
         with contextlib.suppress(ValueError):
             self.workers.remove(w)
+
+    # -- stalls and stand-ins ---------------------------------------------------------
+
+    async def _stall_watch(self, clock: Any = perf_counter_ns) -> None:
+        """Look at the running calls every ``STALL_CHECK_S`` (less often with none)."""
+        while True:
+            busy = self.busy()
+            await asyncio.sleep(STALL_CHECK_S if busy or self.stand_ins else 10 * STALL_CHECK_S)
+            self.check_stalls(clock())
+
+    def check_stalls(self, now: int) -> None:
+        """Update which workers are stalled, then start or retire stand-ins to match."""
+        for w in self.workers:
+            running = self.running_call(w)
+            if running is None or now - running[2] < STALL_AFTER_NS:
+                w.probe = None
+                self.stalled.discard(w)
+                continue
+            state = cpu_state(w.proc.pid)
+            if state is None:
+                continue
+            cpu, runnable = state
+            probe = w.probe
+            if probe is None or probe[0] != running[2]:
+                w.probe = (running[2], now, cpu)  # a new call: measure from here
+                self.stalled.discard(w)
+                continue
+            if now - probe[1] >= STALL_PROBE_NS:
+                # Stalled: asleep now, and it used little of a core since the last look
+                # (a worker waiting for a core is runnable: it is not stalled, it is
+                # starved, and a stand-in would only crowd it more).
+                if not runnable and cpu - probe[2] < STALL_CPU_SHARE * (now - probe[1]):
+                    if w not in self.stalled:
+                        self.stalled.add(w)
+                        self.events.on_stalled(w)
+                else:
+                    self.stalled.discard(w)
+                w.probe = (running[2], now, cpu)
+        self._balance()
+
+    def _balance(self) -> None:
+        """One usable stand-in per stalled worker, within the cap; idle extras retire."""
+        active = [w for w in self.stand_ins if w.usable]
+        want = min(len(self.stalled), MAX_STAND_INS_PER_WORKER * self.size)
+        server = self.fork_server
+        started = False
+        while (
+            len(active) < want
+            and self.running
+            and self.broken is None
+            and server is not None
+            and server.ready
+            and self.use_fork_server
+        ):
+            before = self.workers_forked
+            self.spawn(stand_in=True)
+            if self.workers_forked == before:  # not forked after all: no more now
+                break
+            active.append(self.workers[-1])
+            started = True
+        extra = len(active) - want
+        for w in active:
+            if extra <= 0:
+                break
+            if not w.batches:
+                w.retiring = True
+                w.send(control(STOP))
+                extra -= 1
+        if started:
+            self.events.on_capacity()
 
     # -- the watchdog -----------------------------------------------------------------
 

@@ -50,17 +50,24 @@ class Job:
     """The calls of one ``submit`` and their outcomes as they arrive.
 
     ``on_done`` is called once, when the last outcome is in (or the job failed as a
-    whole). ``cancelled``: the submit was cancelled or failed as a whole; late outcomes
-    are dropped.
+    whole); ``progress``, if given, with the number of outcomes each time some arrive
+    (see :class:`~evaluator._executors._base.Progress`). ``cancelled``: the submit was
+    cancelled or failed as a whole; late outcomes are dropped.
     """
 
-    __slots__ = ("calls", "cancelled", "on_done", "remaining", "results")
+    __slots__ = ("calls", "cancelled", "on_done", "progress", "remaining", "results")
 
-    def __init__(self, calls: list[Call], on_done: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        calls: list[Call],
+        on_done: Callable[[], None],
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
         self.calls = calls
         self.results: list[Any] = [None] * len(calls)
         self.remaining = len(calls)
         self.on_done = on_done
+        self.progress = progress
         self.cancelled = False
 
     def fill(self, at: int, outcomes: list[Any]) -> None:
@@ -71,6 +78,8 @@ class Job:
         self.remaining -= len(outcomes)
         if self.remaining <= 0:
             self.on_done()
+        elif self.progress is not None:
+            self.progress(len(outcomes))
 
     def fail(self, error: ErrorInfo, clock: Any = perf_counter_ns) -> None:
         """Give every call still without an outcome ``error``, and finish the job."""
@@ -287,6 +296,18 @@ class WorkQueue:
                 self.requeued += hi - lo
         self.pending.extendleft(reversed(kept))
         self.pending_count += sum(hi - lo for _, lo, hi, _ in kept)
+
+    def take_back(self, batch: Batch, at: int) -> int:
+        """Queue again, at the front, the calls of ``batch`` from position ``at`` (not
+        begun: its worker is stalled on the call before them), and end the batch there.
+        The number of calls taken back."""
+        at = max(at, batch.done)
+        if at >= batch.size:
+            return 0
+        segments = self.positions(batch, at, batch.size, 0)
+        batch.size = at
+        self.requeue(segments, count=False)
+        return sum(hi - lo for _, lo, hi, _ in segments)
 
     def worker_lost(
         self,

@@ -46,6 +46,9 @@ from ..._results import Scored
 __all__ = [
     "BATCH",
     "BATCH_ROWS",
+    "CUT_END",
+    "CUT_INDEX",
+    "CUT_SEQ",
     "EXIT_FATAL",
     "EXIT_MEMORY",
     "FATAL",
@@ -98,9 +101,13 @@ SDK = "sdk"
 SDK_REPLY = "sdk_reply"
 SDK_NOTE = "sdk_note"
 
-# Slots of the shared state array (int64 each).
-SEQ, INDEX, START = 0, 1, 2
-STATE_SLOTS = 4
+# Slots of the shared state array (int64 each). The worker publishes the call it runs
+# (SEQ, INDEX, START); the engine writes a *cut* (CUT_SEQ, CUT_INDEX, CUT_END): the calls
+# from position CUT_INDEX of batch CUT_SEQ, and every call of the batches after it up to
+# batch CUT_END, were taken back (a stalled call held them up) and must not be run. The
+# worker reads it before each call; CUT_END is written last.
+SEQ, INDEX, START, CUT_SEQ, CUT_INDEX, CUT_END = 0, 1, 2, 3, 4, 5
+STATE_SLOTS = 6
 
 #: Exit codes the engine recognises: a planned exit after a MemoryError under the memory
 #: limit (its call was already reported), and a user file that would not load.

@@ -57,7 +57,7 @@ from ..._loader import UserFunction
 from ..._options import validate_count, validate_ray_address
 from ..._report import ClusterSummary
 from ..._results import ErrorInfo
-from .._base import ExecutionKind, ExecutorStatistics, check_executor
+from .._base import ExecutionKind, ExecutorStatistics, Progress, check_executor
 from .._process._queue import MAX_ATTEMPTS, Job, Segment, WorkQueue
 from .._process._relay import answer
 from .._process._wire import PICKLE_PROTOCOL, WireOutcome, call_row
@@ -183,6 +183,10 @@ class RayExecutor:
         return BACKLOG_S
 
     @property
+    def idle(self) -> bool:
+        return False  # its backlog keeps the nodes fed
+
+    @property
     def parallelism(self) -> int:
         """The worker processes of the ready nodes (their CPUs, as Ray reports them)."""
         ready = sum(m.workers for m in self._roster.ready())
@@ -283,8 +287,11 @@ class RayExecutor:
 
     # -- submitting -------------------------------------------------------------------
 
-    async def submit(self, calls: Sequence[Call]) -> list[Outcome]:
-        """Run ``calls``; one outcome per call, in order. Cancel-safe."""
+    async def submit(
+        self, calls: Sequence[Call], progress: Progress | None = None
+    ) -> list[Outcome]:
+        """Run ``calls``; one outcome per call, in order. Cancel-safe. ``progress`` is
+        told of the outcomes of each batch as it comes back."""
         if self._phase != "open":
             raise RuntimeError(
                 "the RayExecutor is closed"
@@ -294,7 +301,7 @@ class RayExecutor:
         if not calls:
             return []
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        job = Job(list(calls), partial(_wake, future))
+        job = Job(list(calls), partial(_wake, future), progress)
         self._queue.add(job)
         self._dispatch()
         try:

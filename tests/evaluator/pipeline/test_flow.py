@@ -38,6 +38,30 @@ class TestSizer:
             sizer.observe(4, 1.0, 16)
         assert sizer.size == 1
 
+    def test_a_chunk_held_by_one_hang_halves_chunks_at_most(self) -> None:
+        """Among chunks of cheap examples, one that waited a second for a hang of its own
+        halves the chunk size at most (it used to shrink chunks to a few examples, and
+        the in-flight bound with them); cheap chunks after it restore the size."""
+        sizer = Sizer()
+        for _ in range(5):
+            sizer.observe(256, 0.02, 1024)
+        before = sizer.size
+        sizer.observe(256, 1.0, 1024)
+        assert before // 2 - 1 <= sizer.size < before
+        for _ in range(3):
+            sizer.observe(256, 0.02, 1024)
+        assert sizer.size == before
+
+    def test_slow_work_is_followed_within_a_few_chunks(self) -> None:
+        """A workload that really turns slow (cheap examples, then model calls of a second)
+        reaches one example per chunk within a few dozen chunks."""
+        sizer = Sizer()
+        for _ in range(5):
+            sizer.observe(256, 0.02, 1024)
+        for _ in range(30):
+            sizer.observe(sizer.size, 1.0 * sizer.size / 4, 4)
+        assert sizer.size == 1
+
     def test_waiting_behind_other_chunks_is_not_an_examples_cost(self) -> None:
         """The same chunk latency with more examples in flight means a faster engine, so
         chunks grow: a chunk's wait behind the others is not counted as its cost (which
@@ -132,3 +156,42 @@ class TestBounds:
         )
         flow.sizer.size = MAX_CHUNK
         assert flow.chunk_size() == 64 and flow.limit(64) == 64
+
+
+HANG_AT_100 = """
+import time
+
+def score(input, output, expected=None):
+    if input["i"] == 100:
+        time.sleep(60)
+    return 1.0, {"feedback": "ok"}
+"""
+
+
+class TestSlowCalls:
+    async def test_a_hang_holds_up_only_its_own_chunk(self, tmp_path: Path) -> None:
+        """With one worker process and example 100 asleep past its 4 s timeout, the other
+        2,000 examples do not wait for it: at least 1,900 of their results stream out
+        before its own (its worker is stalled, so a stand-in takes the work, and the
+        flow does not count the finished examples of its chunk as work in progress).
+        It gets its metric_timeout; every example one result."""
+        from evaluator._executors._process._forkserver import fork_supported
+        from evaluator._pipeline import Evaluator
+
+        if not fork_supported():
+            pytest.skip("stand-ins are forked by the fork server (Linux)")
+        path = tmp_path / "metric.py"
+        path.write_text(HANG_AT_100)
+        rows = [Example(id=i, input={"i": i}, output="x") for i in range(2001)]
+        order: list[Any] = []
+        async with (
+            Evaluator(path, execution="process", workers=1, timeout=4) as ev,
+            ev.stream(None, rows) as stream,
+        ):
+            async for result in stream:
+                order.append(result)
+        assert sorted(r.example_id for r in order) == list(range(2001))
+        hung = next(i for i, r in enumerate(order) if r.example_id == 100)
+        assert order[hung].error is not None and order[hung].error.kind == "metric_timeout"
+        assert hung >= 1900
+        assert all(r.ok for r in order if r.example_id != 100)

@@ -144,6 +144,55 @@ class TestFairSlots:
         slots.release(units)
         assert slots.used == 0
 
+    async def test_a_chunk_is_admitted_into_the_room_left(self) -> None:
+        """With 3 of 4 units held (calls held up behind a slow one), the next chunk of 4
+        is admitted at once into the one unit left rather than waiting for the whole
+        gate; a full gate makes the next one wait until units come back."""
+        slots = FairSlots(lambda: 4)
+        held = await slots.acquire(None, 3)
+        assert await slots.acquire(None, 4) == 1 and slots.used == 4
+        waiter = asyncio.create_task(slots.acquire(None, 4))
+        await until(lambda: slots.waiting == 1)
+        slots.release(2)
+        assert await waiter == 2 and slots.used == 4
+        slots.release(held - 2)
+
+    async def test_an_idle_executor_admits_past_a_full_gate(self) -> None:
+        """While the executor says it is idle (a worker free, nothing queued: the units
+        in use are calls stuck behind a slow one), a waiting chunk is admitted though
+        the gate is full; when it is not, the chunk waits."""
+        idle = False
+        slots = FairSlots(lambda: 2, lambda: idle)
+        await slots.acquire(None, 2)
+        waiter = asyncio.create_task(slots.acquire(None, 5))
+        await until(lambda: slots.waiting == 1)
+        slots.poke()
+        assert not waiter.done()
+        idle = True
+        slots.poke()
+        assert await waiter == 1 and slots.waiting == 0
+
+
+class TestSubmissionProgress:
+    def test_units_and_busy_calls_come_back_as_calls_finish(self) -> None:
+        """A submit of 10 calls holding 4 units: as the executor reports calls done, the
+        units go back in proportion (rounded up: the last unit with the last call) and
+        the chunk's busy count goes down call for call; closing returns the rest."""
+        from evaluator._pipeline._flow import _Busy, _Flight, _Submission
+
+        slots = FairSlots(lambda: 4)
+        flight = _Flight()
+        busy = _Busy(flight, 10)
+        slots.used = 4
+        submission = _Submission(slots, 4, 10, busy)
+        submission(3)  # 7 left: ceil(4 * 7 / 10) = 3 units kept
+        assert (slots.used, flight.busy) == (3, 7)
+        submission(6)  # 1 left: 1 unit kept
+        assert (slots.used, flight.busy) == (1, 1)
+        submission.close()
+        busy.expect(0)
+        assert (slots.used, flight.busy) == (0, 0)
+
 
 class TestTenantsOnOneEvaluator:
     async def test_a_small_job_is_not_queued_behind_a_large_one(self, sim: Simulator) -> None:

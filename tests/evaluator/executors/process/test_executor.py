@@ -194,10 +194,21 @@ class TestProcessExecutor:
             assert "raise `timeout`" in _message(outcomes[20])
             assert 1.0 <= elapsed < 10
             stats = ex.statistics()
-            assert (stats.timeouts, stats.restarts, stats.workers_alive) == (1, 1, 1)
+            assert (stats.timeouts, stats.restarts) == (1, 1)
             assert stats.calls_requeued >= 20  # the unrun calls of the batch were sent again
             assert stats.spares_promoted == 1  # the warm spare took the killed one's place
-            assert {o.value.extra["pid"] for o in outcomes[21:]} == spare
+            # They ran in the spare, or in a stand-in forked while the hung call slept.
+            hung = first[0].value.extra["pid"]
+            assert hung not in {o.value.extra["pid"] for o in outcomes[21:]}
+            assert (
+                stats.stand_ins_started > 0
+                or {o.value.extra["pid"] for o in outcomes[21:]} == spare
+            )
+            for _ in range(1000):  # an idle stand-in retires (guard: 10 s)
+                if ex.statistics().workers_alive == 1:
+                    break
+                await asyncio.sleep(0.01)
+            assert ex.statistics().workers_alive == 1
 
     @pytest.mark.slow
     async def test_run_stage_timeout_is_program_timeout(self, tmp_path: Path) -> None:

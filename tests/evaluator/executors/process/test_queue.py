@@ -97,6 +97,35 @@ class TestTakeAndDeliver:
         queue.deliver(rest, 0, [_ok(c) for c in calls])
         assert b_done.times == 1
 
+    def test_progress_is_told_of_each_flush_but_the_last(self) -> None:
+        """A job's ``progress`` hears how many outcomes each flush brings, until the one
+        that completes it (its submit's return says that much)."""
+        told: list[int] = []
+        job = Job(_calls(5), _Done(), told.append)
+        job.fill(0, [Outcome(0), Outcome(1)])
+        job.fill(2, [Outcome(2)])
+        job.fill(3, [Outcome(3), Outcome(4)])
+        assert told == [2, 1]
+
+    def test_calls_taken_back_from_a_batch_go_to_the_front_and_end_it(self) -> None:
+        """Taking back a batch from position 3 (its worker stalled on call 2) queues calls
+        3.. again at the front, ahead of the calls that were waiting, ends the batch
+        there, and counts none of them as requeued after a death; their outcomes then
+        come through the batch they go out in next."""
+        queue = WorkQueue()
+        job, done = _job(8)
+        queue.add(job)
+        batch, calls = _send(queue, 6)
+        queue.record(batch, 0, 2_000, [_ok(c) for c in calls[:2]])
+        assert queue.take_back(batch, 3) == 3
+        assert batch.size == 3 and queue.pending_count == 5 and queue.requeued == 0
+        again, moved = _send(queue, 10)
+        assert [c.token for c in moved] == [3, 4, 5, 6, 7]
+        queue.record(again, 0, 5_000, [_ok(c) for c in moved])
+        queue.record(batch, 2, 1_000, [_ok(calls[2])])
+        assert done.times == 1 and [o.value for o in job.results] == list(range(8))
+        assert queue.take_back(batch, 3) == 0  # nothing left to take
+
     def test_cost_is_a_moving_average_of_the_work_reported(self) -> None:
         """Each report of work per call moves the cost estimate that sizes batches."""
         queue = WorkQueue()
