@@ -72,7 +72,7 @@ from ._wire import (
     control,
 )
 
-__all__ = ["die_with_parent", "ignore_sigint", "main", "prepare_imports", "serve_forked"]
+__all__ = ["die_with_parent", "ignore_stop_signals", "main", "prepare_imports", "serve_forked"]
 
 #: How much one ``recv`` of the worker asks for.
 _RECV_SIZE = 1 << 16
@@ -426,14 +426,18 @@ class _Worker:
         send(seq, flushed, clock() - last, True, outs[flushed:])
 
 
-def ignore_sigint() -> None:
-    """The terminal's Ctrl-C goes to the whole process group; the engine handles it and
-    stops the workers, so a worker must not die mid-call with a KeyboardInterrupt."""
+def ignore_stop_signals() -> None:
+    """The terminal's Ctrl-C, and a SIGTERM sent to the whole process group (systemd,
+    ``kill -- -PGID``), reach the workers too; the engine handles them and stops the
+    workers, so a worker must not die mid-call with a KeyboardInterrupt, nor of the
+    SIGTERM before the engine has stopped (its call would be recorded as a crash). A
+    worker still dies with the engine, whatever kills it (``die_with_parent``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
-        # The engine starts workers with SIGINT blocked (so that a Ctrl-C during the
-        # imports above cannot print a traceback); ignored now, it may be unblocked.
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        # The engine starts workers with both blocked (so that one during the imports
+        # above cannot print a traceback or end it); ignored now, they may be unblocked.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
 def prepare_imports(init: WorkerInit) -> None:
@@ -448,7 +452,7 @@ def prepare_imports(init: WorkerInit) -> None:
 def main() -> None:
     """Entry point: ``python -c ... <root> <socket fd> <state fd> <engine pid>``."""
     sock_fd, state_fd, parent_pid = (int(a) for a in sys.argv[2:5])
-    ignore_sigint()
+    ignore_stop_signals()
     _serve(sock_fd, state_fd, parent_pid, None)
 
 

@@ -128,7 +128,7 @@ class ForkServer:
     def start(
         self,
         loop: asyncio.AbstractEventLoop,
-        sigint_blocked: Callable[[], AbstractContextManager[None]],
+        signals_blocked: Callable[[], AbstractContextManager[None]],
     ) -> None:
         """Start the server process (returns at once; it is ready later)."""
         self._loop = loop
@@ -136,7 +136,7 @@ class ForkServer:
         try:
             argv = [sys.executable, "-c", _BOOT, _ROOT, str(child.fileno()), str(os.getpid())]
             argv.append("1" if self.preload else "0")
-            with sigint_blocked():
+            with signals_blocked():
                 self.proc = subprocess.Popen(
                     argv, pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, close_fds=True
                 )

@@ -266,17 +266,18 @@ def _state_fd() -> int:
 
 
 @contextlib.contextmanager
-def _sigint_blocked() -> Iterator[None]:
-    """Block SIGINT in this thread while a worker is started: the child inherits the
-    mask across exec, so the terminal's Ctrl-C (sent to the whole process group) cannot
-    interrupt its start-up with a traceback before it ignores SIGINT (a spare or a
-    replacement is often starting when the user presses Ctrl-C). A SIGINT that arrives
-    meanwhile is delivered to the engine when the mask is restored, microseconds later.
+def _stop_signals_blocked() -> Iterator[None]:
+    """Block SIGINT and SIGTERM in this thread while a worker is started: the child
+    inherits the mask across exec, so the terminal's Ctrl-C (sent to the whole process
+    group), or a SIGTERM to the group, cannot interrupt its start-up with a traceback or
+    end it before it ignores them (a spare or a replacement is often starting when the
+    user presses Ctrl-C). A signal that arrives meanwhile is delivered to the engine
+    when the mask is restored, microseconds later.
     """
     if not hasattr(signal, "pthread_sigmask"):
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         yield
     finally:
@@ -467,7 +468,7 @@ class Pool:
         argv.append(str(os.getpid()))
         # Started from the loop's thread: PR_SET_PDEATHSIG follows the thread that
         # started the child, and the loop's thread outlives the executor.
-        with _sigint_blocked():
+        with _stop_signals_blocked():
             popen = subprocess.Popen(
                 argv, pass_fds=(sock_fd, state_fd), stdin=subprocess.DEVNULL, close_fds=True
             )
@@ -482,7 +483,7 @@ class Pool:
         server = ForkServer(self._init(), preload=preload, on_gone=self._fork_server_gone)
         self.fork_server = server
         try:
-            server.start(self._loop, _sigint_blocked)
+            server.start(self._loop, _stop_signals_blocked)
         except OSError:
             self.fork_server, self.use_fork_server = None, False
 

@@ -27,7 +27,7 @@ What a forked worker keeps of a spawned worker's guarantees:
 - **Death with the engine**: the server has ``PR_SET_PDEATHSIG`` on the engine; each
   forked worker has it on the server (and checks ``getppid`` after setting it), so that
   the engine's death, even by SIGKILL, ends the server and with it every forked worker.
-- SIGINT ignored (inherited), the server's SIGCHLD handling and wake-up pipe undone in
+- SIGINT and SIGTERM ignored (inherited), the server's SIGCHLD handling and wake-up pipe undone in
   the child, every fd of the server's closed in the child.
 """
 
@@ -187,10 +187,10 @@ def _open_fds() -> set[int]:
 
 def main() -> None:
     """Entry point: ``python -c ... <root> <control fd> <engine pid> <preload 0|1>``."""
-    from ._child import die_with_parent, ignore_sigint
+    from ._child import die_with_parent, ignore_stop_signals
 
     ctl_fd, parent_pid, preload = (int(a) for a in sys.argv[2:5])
-    ignore_sigint()
+    ignore_stop_signals()
     ctl = socket.socket(fileno=ctl_fd)
     die_with_parent(parent_pid, ctl)
     data = ctl.recv(MAX_MESSAGE)
