@@ -289,6 +289,7 @@ class Flow:
         async def run(chunk: list[Example], position: int, in_flight: int, busy: _Busy) -> None:
             try:
                 results = await self.chunk(artifact, chunk, in_flight, share=share, busy=busy)
+                busy.expect(len(chunk))  # waiting for its consumer: a slow one holds us up
                 await emit(position, results)
             finally:
                 # Counted until emitted: a slow consumer must hold up the dispatcher.

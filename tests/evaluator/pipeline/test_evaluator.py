@@ -418,6 +418,37 @@ class TestStream:
         # 64 in flight (queued results included) plus the chunk being consumed.
         assert pulled - seen <= 64 * 6
 
+    async def test_a_slow_consumer_holds_up_the_producer_without_concurrency(
+        self, tmp_path: Path
+    ) -> None:
+        """Without `concurrency`, chunks waiting for a slow consumer still count as work
+        in flight: the producer stays within the in-flight bound (three of the largest
+        chunks, one more dispatched as the bound frees, the stream's queue of two and the
+        one being consumed), not the larger allowance for finished examples held up by
+        a straggler of their chunk (``MAX_HELD``)."""
+        from evaluator._pipeline._flow import MAX_CHUNK, MAX_HELD
+
+        # An async metric: its executor reports each call done as it ends.
+        path = write(tmp_path, "m.py", "async " + EXACT.lstrip())
+        pulled = 0
+
+        def rows() -> Any:
+            nonlocal pulled
+            for i in range(10**9):
+                pulled += 1
+                yield Example(id=i, input={}, expected={"label": "a"}, output="a")
+
+        async with Evaluator(path, execution="async") as ev:
+            seen = 0
+            async with ev.stream(None, rows()) as stream:
+                async for _ in stream:
+                    seen += 1
+                    if seen % 1000 == 0:
+                        await asyncio.sleep(0.01)
+                    if seen == 40_000:
+                        break
+        assert pulled - seen <= 7 * MAX_CHUNK < 6 * MAX_CHUNK + MAX_HELD
+
 
 class TestHosts:
     def test_inside_a_host_application_loop(self, tmp_path: Path) -> None:
