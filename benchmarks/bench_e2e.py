@@ -119,9 +119,7 @@ def plain_client(base_url: str, n: int, threads: int = 64) -> float:
                     i = next(claim, None)
                 if i is None:
                     return
-                conn.request(
-                    "POST", path, bodies[i], headers={"Content-Type": "application/json"}
-                )
+                conn.request("POST", path, bodies[i], headers={"Content-Type": "application/json"})
                 response = conn.getresponse()
                 response.read()
                 if response.status != 200:
