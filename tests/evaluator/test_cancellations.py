@@ -377,7 +377,10 @@ class TestClosing:
         task = asyncio.create_task(main())
         await until(lambda: all((folder / f"running-{i}").exists() for i in range(2)), "hangs")
         await until(lambda: opened[0].statistics().metric.spare_ready, "the spare is ready")
-        assert len(children()) == 4  # two busy workers, the spare, the fork server
+        # Asleep in their calls, both workers are stalled: a stand-in forked for each.
+        await until(lambda: opened[0].statistics().metric.stand_ins_started == 2, "stand-ins")
+        # Two busy workers, the spare, the fork server and the two stand-ins.
+        assert len(children()) == 6
         await under_fire(task, 10_000)
         assert children() == [] and other_tasks() == set()
         with pytest.raises(RuntimeError, match="closed"):

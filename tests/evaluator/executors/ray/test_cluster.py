@@ -8,6 +8,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -55,10 +56,35 @@ class FakeRay:
 
 
 @pytest.fixture(autouse=True)
-def _no_leftovers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test starts with no unfinished connection; Ray's class is left alone."""
+def _no_leftovers(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each test starts with no unfinished connection; Ray's class is left alone. After
+    it, every connecting thread it started ends (each waits for its connection to be
+    shut down, which a test of ``_init_within`` alone never does), so that the tests
+    after it that count threads find none of them."""
     monkeypatch.setattr(_cluster, "_unfinished", None)
     monkeypatch.setattr(_cluster, "_bound_client_closes", lambda: None)
+    events: list[threading.Event] = []
+
+    class Recorded(threading.Event):
+        def __init__(self) -> None:
+            super().__init__()
+            events.append(self)
+
+    class Threading:  # the module, as `_cluster` sees it, with its Events recorded
+        Event = Recorded
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(threading, name)
+
+    monkeypatch.setattr(_cluster, "threading", Threading())
+    before = set(threading.enumerate())
+    yield
+    for event in events:
+        event.set()
+    for thread in set(threading.enumerate()) - before:
+        if thread.name == "skynet-eval ray connection":
+            thread.join(5)
+            assert not thread.is_alive()
 
 
 def test_a_connection_that_never_completes_is_an_error_in_bounded_time() -> None:
