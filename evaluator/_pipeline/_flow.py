@@ -86,9 +86,9 @@ class Sizer:
     whose overhead saturated the loop.
 
     Nor is a chunk held up by one slow call of its own (a hang waiting out its timeout)
-    evidence that examples got slower, if other chunks finished meanwhile: the time per
-    example is the smaller of that wall-time figure and the time since the last chunk
-    finished over this chunk's examples (``gap``; the engine's completion rate). Taking
+    evidence that examples got slower, if other chunks finished meanwhile: a rise is
+    taken only as far as the time since the last chunk finished, over this chunk's
+    examples, agrees (``gap``; the engine's completion rate). Taking
     the held chunk at its word shrank chunks, and with them the in-flight bound and the
     stage gates, to a few examples behind every hang. And one chunk can raise the
     estimate at most twofold, so that a workload that really turns slow is followed
@@ -106,17 +106,22 @@ class Sizer:
         flight, its own included, and ended ``gap`` seconds after the chunk before it."""
         if n <= 0:
             return
-        per = seconds / max(n, in_flight)
-        if gap is not None:
-            per = min(per, gap / n)
-        per = max(per, 1e-8)
+        per = max(seconds / max(n, in_flight), 1e-8)
         current = self.per_example
         if current is None:
             self.per_example = current = per
         else:
+            if per > current:
+                # Slower, says this chunk: believe it only as far as the completion rate
+                # agrees, and at most twofold. (Never faster by the completion rate alone:
+                # chunks of slow calls end in bursts, gaps near zero, and taking those for
+                # speed grew chunks until stages stopped overlapping.)
+                if gap is not None:
+                    per = max(current, min(per, gap / n))
+                per = min(per, 2 * current)
             # Weighted by n: a chunk of one says less about cheap calls than one of 4096.
             weight = min(1.0, 0.2 + n / 64)
-            self.per_example = current = current + weight * (min(per, 2 * current) - current)
+            self.per_example = current = current + weight * (per - current)
         self.size = max(1, min(MAX_CHUNK, int(TARGET_CHUNK_S / current)))
 
 

@@ -373,6 +373,28 @@ class TestTimeoutsAndCleanup:
             release(path)
 
 
+async def _pull_slowly(ev: Evaluator, *, stop: int, every: int, pause: float) -> tuple[int, int]:
+    """Stream endless examples, pausing ``pause`` s every ``every`` results, until ``stop``
+    results: how many examples the engine pulled, and how many results were seen."""
+    pulled = 0
+
+    def rows() -> Any:
+        nonlocal pulled
+        for i in range(10**9):
+            pulled += 1
+            yield Example(id=i, input={}, expected={"label": "a"}, output="a")
+
+    seen = 0
+    async with ev.stream(None, rows()) as stream:
+        async for _ in stream:
+            seen += 1
+            if seen % every == 0:
+                await asyncio.sleep(pause)
+            if seen == stop:
+                break
+    return pulled, seen
+
+
 class TestStream:
     async def test_stream_yields_every_result_once(self, tmp_path: Path) -> None:
         """stream() yields each example's result once, from a lazy generator."""
@@ -398,23 +420,8 @@ class TestStream:
     async def test_memory_is_bounded(self, tmp_path: Path) -> None:
         """A slow consumer holds up the producer: examples in flight stay bounded."""
         path = write(tmp_path, "m.py", EXACT)
-        pulled = 0
-
-        def rows() -> Any:
-            nonlocal pulled
-            for i in range(10**9):
-                pulled += 1
-                yield Example(id=i, input={}, expected={"label": "a"}, output="a")
-
         async with Evaluator(path, execution="inline", concurrency=64) as ev:
-            seen = 0
-            async with ev.stream(None, rows()) as stream:
-                async for _ in stream:
-                    seen += 1
-                    if seen % 50 == 0:
-                        await asyncio.sleep(0.001)
-                    if seen == 2000:
-                        break
+            pulled, seen = await _pull_slowly(ev, stop=2000, every=50, pause=0.001)
         # 64 in flight (queued results included) plus the chunk being consumed.
         assert pulled - seen <= 64 * 6
 
@@ -430,23 +437,8 @@ class TestStream:
 
         # An async metric: its executor reports each call done as it ends.
         path = write(tmp_path, "m.py", "async " + EXACT.lstrip())
-        pulled = 0
-
-        def rows() -> Any:
-            nonlocal pulled
-            for i in range(10**9):
-                pulled += 1
-                yield Example(id=i, input={}, expected={"label": "a"}, output="a")
-
         async with Evaluator(path, execution="async") as ev:
-            seen = 0
-            async with ev.stream(None, rows()) as stream:
-                async for _ in stream:
-                    seen += 1
-                    if seen % 1000 == 0:
-                        await asyncio.sleep(0.01)
-                    if seen == 40_000:
-                        break
+            pulled, seen = await _pull_slowly(ev, stop=40_000, every=1000, pause=0.01)
         assert pulled - seen <= 7 * MAX_CHUNK < 6 * MAX_CHUNK + MAX_HELD
 
 

@@ -52,6 +52,17 @@ class TestSizer:
             sizer.observe(256, 0.02, 1024)
         assert sizer.size == before
 
+    def test_chunks_ending_in_a_burst_are_not_taken_for_speed(self) -> None:
+        """Chunks of slow calls (300 ms model calls, 128 in flight) end in bursts, a
+        microsecond apart: the completion rate never lowers the estimate, so chunks stay
+        as the wall time says (they grew to tens of examples, and the stages stopped
+        overlapping)."""
+        steady, bursty = Sizer(), Sizer()
+        for _ in range(20):
+            steady.observe(1, 0.6, 128)
+            bursty.observe(1, 0.6, 128, gap=1e-6)
+        assert bursty.size == steady.size == int(TARGET_CHUNK_S / (0.6 / 128))
+
     def test_slow_work_is_followed_within_a_few_chunks(self) -> None:
         """A workload that really turns slow (cheap examples, then model calls of a second)
         reaches one example per chunk within a few dozen chunks."""
