@@ -14,13 +14,13 @@ dataset) that is large enough to keep every executor's ``parallelism`` busy.
 A chunk's results go out together, so one slow call (a hang waiting out its timeout, a
 model call timing out) holds its whole chunk. The bound therefore counts the examples
 whose calls are still queued or running (*busy*), as executors report their calls done
-(:data:`~evaluator._executors._base.Progress`); the finished examples of a held chunk
-wait outside it, up to ``MAX_HELD`` more, and calls queued behind a slow one in a
-worker's batch do not hold the others up: while a stage is idle (``Executor.idle``)
-the dispatcher gives it new chunks beyond the busy bound (not
-with ``concurrency`` set: then it bounds every example in flight). A chunk waiting for
-its consumer stays busy: a slow consumer holds up the dispatcher. The stages' fair
-gates hand a submit's units back the same way, call by call.
+(:data:`~evaluator._executors._base.Progress`): the finished examples of a held chunk
+wait outside it, up to ``MAX_HELD`` more. Calls queued behind a slow one in a worker's
+batch do not hold the others up either: while a stage is idle (``Executor.idle``) the
+dispatcher gives it new chunks beyond the busy bound. With ``concurrency`` set, it
+bounds every example in flight instead. A chunk waiting for its consumer counts whole
+as busy: a slow consumer holds up the dispatcher. The stages' fair gates hand a
+submit's units back the same way, as its calls finish.
 
 Each call of the flow runs for a tenant (a :class:`~llm_client.Share`): its chunks
 enter each stage's executor through that stage's fair gate, and its model calls are made
@@ -88,11 +88,11 @@ class Sizer:
     Nor is a chunk held up by one slow call of its own (a hang waiting out its timeout)
     evidence that examples got slower, if other chunks finished meanwhile: a rise is
     taken only as far as the time since the last chunk finished, over this chunk's
-    examples, agrees (``gap``; the engine's completion rate). Taking
-    the held chunk at its word shrank chunks, and with them the in-flight bound and the
-    stage gates, to a few examples behind every hang. And one chunk can raise the
-    estimate at most twofold, so that a workload that really turns slow is followed
-    within a few chunks, a lone outlier not at once.
+    examples, agrees (``gap``; the engine's completion rate). Taking the held chunk at
+    its word shrank chunks, and with them the in-flight bound and the stage gates, to a
+    few examples behind every hang. And one chunk can raise the estimate at most
+    twofold, so that a workload that really turns slow is followed within a few chunks,
+    a lone outlier not at once.
     """
 
     __slots__ = ("per_example", "size")

@@ -152,9 +152,11 @@ class FairSlots:
         return ticket.units
 
     def release(self, units: int) -> None:
-        """Hand ``units`` back and admit whoever fits next."""
+        """Hand ``units`` back and admit whoever fits next (called as calls finish: the
+        capacity is read only when someone waits)."""
         self.used -= units
-        self._dispatch()
+        if self.waiting:
+            self._dispatch()
 
     def poke(self) -> None:
         """Admit whoever fits now (the executor may have become idle)."""

@@ -28,9 +28,9 @@
   not a core. The calls queued behind the stalled one in its batches are taken back
   (the executor writes a cut the worker reads before each call) and, for each stalled
   worker, the pool forks a stand-in (with the fork server only: milliseconds each), a
-  worker like the others that takes the pending work, so
-  that a hang waiting out its timeout or a judge call waiting on its model does not
-  leave a core idle; at most ``MAX_STAND_INS_PER_WORKER`` per worker of the pool's size.
+  worker like the others that takes the pending work, so that a hang waiting out its
+  timeout or a judge call waiting on its model does not leave a core idle; at most
+  ``MAX_STAND_INS_PER_WORKER`` per worker of the pool's size.
   When the stalled calls end, idle stand-ins retire. A call busy on its core, or
   waiting for one (runnable), is never stalled, so CPU-bound work is never
   oversubscribed. Linux only (a worker's CPU time and state are read from ``/proc``).
