@@ -26,11 +26,11 @@
 - **Stand-ins**: a worker whose call has run a while without using its core (it sleeps,
   hangs, or waits on a model call relayed to the engine) is *stalled*: it holds a slot,
   not a core. The calls queued behind the stalled one in its batches are taken back
-  (the executor writes a cut the worker reads before each call) and, for each stalled
-  worker, the pool forks a stand-in (with the fork server only: milliseconds each), a
-  worker like the others that takes the pending work, so that a hang waiting out its
-  timeout or a judge call waiting on its model does not leave a core idle; at most
-  ``MAX_STAND_INS_PER_WORKER`` per worker of the pool's size.
+  (agreed under a lock with the worker, which claims each call it begins: ``_cut.py``)
+  and, for each stalled worker, the pool forks a stand-in (with the fork server only:
+  milliseconds each), a worker like the others that takes the pending work, so that a
+  hang waiting out its timeout or a judge call waiting on its model does not leave a
+  core idle; at most ``MAX_STAND_INS_PER_WORKER`` per worker of the pool's size.
   When the stalled calls end, idle stand-ins retire. A call busy on its core, or
   waiting for one (runnable), is never stalled, so CPU-bound work is never
   oversubscribed. Linux only (a worker's CPU time and state are read from ``/proc``).
@@ -67,6 +67,7 @@ from ..._context import Stage
 from ..._loader import USER_MODULE_PREFIX, UserFunction
 from ..._results import ErrorInfo
 from ._channel import Channel
+from ._cut import init_lock
 from ._forkserver import ForkedProcess, ForkServer, fork_supported
 from ._queue import Batch
 from ._wire import (
@@ -414,6 +415,7 @@ class Pool:
         state_fd = _state_fd()
         try:
             state_map = mmap.mmap(state_fd, STATE_SLOTS * 8)
+            init_lock(state_map)  # before the worker maps it: the claim/cut lock
             proc, pidfd = self._start_process(child_sock.fileno(), state_fd)
         except BaseException:
             parent_sock.close()
