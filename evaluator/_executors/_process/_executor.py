@@ -388,6 +388,8 @@ class ProcessExecutor:
         self, w: Worker, seq: int, start: int, work_ns: int, final: bool, outcomes: list[Any]
     ) -> None:
         if not w.batches or w.batches[0].seq != seq:
+            if final and w.dropped and w.dropped[0] == seq:
+                w.dropped.popleft()  # the empty answer of a batch taken back whole
             return  # a batch already given up on (its job failed, or taken back)
         batch = w.batches[0]
         self._queue.record(batch, start, work_ns, outcomes)
@@ -403,8 +405,14 @@ class ProcessExecutor:
             self._relay(w, message)
         elif tag == SDK_NOTE:  # before the call's result, on the same socket
             note_bypass(self._llm_handler, *message[1:])
-        elif tag == UNREADABLE and w.batches:
-            self._resend_rows(w, w.batches[0])
+        elif tag == UNREADABLE:
+            # The answer to the oldest batch not yet answered: one taken back whole (its
+            # calls went to other workers: sending it again would run them twice), or
+            # the oldest it holds.
+            if w.dropped and (not w.batches or w.dropped[0] < w.batches[0].seq):
+                w.dropped.popleft()
+            elif w.batches:
+                self._resend_rows(w, w.batches[0])
 
     def _resend_rows(self, w: Worker, batch: Batch) -> None:
         """The worker could not unpickle ``batch`` (its oldest, the one it was reading):
@@ -508,6 +516,7 @@ class ProcessExecutor:
                 taken += self._queue.take_back(batch, start[1])
             elif batch.seq > start[0]:
                 batches.remove(batch)
+                w.dropped.append(batch.seq)
                 taken += self._queue.take_back(batch, 0)
         w.assigned -= taken
         self._taken_back += taken

@@ -132,6 +132,7 @@ class Worker:
         "batches",
         "channel",
         "closed",
+        "dropped",
         "kill",
         "pidfd",
         "probe",
@@ -160,6 +161,9 @@ class Worker:
         self.state = memoryview(state_map).cast("q")
         self.pidfd = pidfd
         self.batches: deque[Batch] = deque()
+        # Batches taken back whole from it (a stall), whose answer (an empty last result,
+        # or UNREADABLE) is still to come: an answer is for the oldest batch not answered.
+        self.dropped: deque[int] = deque()
         self.assigned = 0
         self.retiring = False
         self.replaced = False  # another worker has been put in its place

@@ -6,25 +6,36 @@ from __future__ import annotations
 
 import mmap
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from evaluator._calls import Outcome, ScoreCall
 from evaluator._executors._process._cut import Claims, cut, init_lock
+from evaluator._executors._process._executor import ProcessExecutor
+from evaluator._executors._process._pool import Worker
+from evaluator._executors._process._queue import Batch, Job
 from evaluator._executors._process._wire import (
+    BATCH_ROWS,
     CLAIMS,
     CUT_END,
     CUT_INDEX,
     CUT_SEQ,
     INDEX,
     SEQ,
+    START,
     STATE_SLOTS,
+    UNREADABLE,
 )
+from evaluator._loader import load_function
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -178,3 +189,95 @@ class TestCut:
         assert all(claims.claim(1, i) for i in range(5))
         view.release()
         state_map.close()
+
+
+class _Socket:
+    """A worker's channel that keeps what the engine sends it."""
+
+    def __init__(self) -> None:
+        self.sent: list[Any] = []
+
+    def send(self, body: bytes, kind: int = 0) -> None:
+        self.sent.append(pickle.loads(body))
+
+
+class TestTakingBack:
+    """The executor's side of a cut (``ProcessExecutor.on_stalled``), on a worker whose
+    process is played by this test: its batches, its answers. Nothing is started."""
+
+    @pytest.fixture
+    def executor(self, tmp_path: Path) -> ProcessExecutor:
+        """An executor never entered (it dispatches nothing)."""
+        path = tmp_path / "metric.py"
+        path.write_text("def score(input, output, expected=None):\n    return 1.0\n")
+        return ProcessExecutor(load_function(path, "score"), "score", timeout=5, workers=1)
+
+    @pytest.fixture
+    def worker(self) -> Iterator[Worker]:
+        """A worker's handle: its state array with the lock, a channel that records."""
+        fd, state_map = _shared(STATE_SLOTS * 8)
+        os.close(fd)
+        assert init_lock(state_map)
+        w = Worker(None, state_map, None)  # type: ignore[arg-type]
+        w.channel = _Socket()  # type: ignore[assignment]
+        yield w
+        w.state.release()
+        state_map.close()
+
+    def _batches(self, ex: ProcessExecutor, w: Worker, *sizes: int) -> list[Batch]:
+        queue = ex._queue
+        calls = [ScoreCall(i, f"e{i}", {}, "a", None) for i in range(sum(sizes) + 4)]
+        queue.add(Job(calls, lambda: None))
+        out = []
+        for size in sizes:
+            segments, taken = queue.take(size)
+            out.append(queue.open_batch(segments, len(taken)))
+        w.batches = deque(out)
+        w.assigned = sum(sizes)
+        return out
+
+    def test_a_batch_taken_back_whole_is_never_sent_again(
+        self, executor: ProcessExecutor, worker: Worker
+    ) -> None:
+        """A worker stalls in call 0 of its first batch while holding a second: the rest
+        of the first and all of the second are taken back. The worker cannot read the
+        second (a value it cannot unpickle) and says so after the engine has sent it a
+        third batch: that answer is the second's, taken back, so nothing is sent again
+        (sending the third again, row by row, would run its calls twice). The next
+        UNREADABLE is the third's, and only that one is sent again."""
+        first, second = self._batches(executor, worker, 4, 3)
+        claims = Claims(worker.state)
+        assert claims.claim(first.seq, 0)
+        worker.state[START] = 1  # in call 0, stalled
+        executor.on_stalled(worker)
+        assert first.size == 1 and list(worker.batches) == [first]
+        assert list(worker.dropped) == [second.seq] and executor._taken_back == 6
+        assert not claims.claim(first.seq, 1) and not claims.claim(second.seq, 0)
+        worker.state[START] = 0
+        executor._results(worker, first.seq, 0, 1_000, True, [Outcome(None, None, 1, 2)])
+        assert not worker.batches
+        (third,) = self._batches(executor, worker, 4)  # sent once the worker was free
+        executor.on_control(worker, (UNREADABLE, "no module named 'tests'"))
+        assert worker.channel.sent == [] and not worker.dropped  # type: ignore[union-attr]
+        executor.on_control(worker, (UNREADABLE, "no module named 'tests'"))
+        (again,) = worker.channel.sent  # type: ignore[union-attr]
+        assert again[0] == BATCH_ROWS and again[1] == third.seq
+
+    def test_the_empty_answer_of_a_batch_taken_back_whole_is_its_own(
+        self, executor: ProcessExecutor, worker: Worker
+    ) -> None:
+        """A batch taken back whole that the worker read answers with an empty last
+        result: it settles that batch's place, so the UNREADABLE after it is the next
+        batch's, sent again."""
+        first, second = self._batches(executor, worker, 2, 2)
+        assert Claims(worker.state).claim(first.seq, 0)
+        worker.state[START] = 1
+        executor.on_stalled(worker)
+        worker.state[START] = 0
+        executor._results(worker, first.seq, 0, 1_000, True, [Outcome(None, None, 1, 2)])
+        executor._results(worker, second.seq, 0, 0, True, [])
+        assert not worker.dropped
+        (third,) = self._batches(executor, worker, 3)
+        executor.on_control(worker, (UNREADABLE, "why"))
+        (again,) = worker.channel.sent  # type: ignore[union-attr]
+        assert again[:2] == (BATCH_ROWS, third.seq)
