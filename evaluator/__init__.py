@@ -11,6 +11,10 @@ never runs the whole engine's imports. Type checkers read the explicit re-export
 import importlib
 import typing
 
+# Before any user file is imported: the hook that notes the files user code reads, for
+# the result cache's key (``_fingerprint.read_by``).
+from . import _fingerprint as _fingerprint
+
 if typing.TYPE_CHECKING:
     from ._cache import CacheStatistics as CacheStatistics
     from ._cache import CacheWarning as CacheWarning

@@ -10,14 +10,32 @@ file; a file edited in place is not.
 The header is one JSON object whose first key is ``"skynet_eval_results"`` (the format's
 version, 1). Readers (``--resume``, ``skynet-eval report``) know a header by that key: a
 line whose object has it is a header, never a result.
+
+What user code *reads* is fingerprinted too (the result cache's key holds it): an audit
+hook on ``open``, added when this module is imported (``import evaluator`` does, before any
+user file is imported), notes each file opened for reading outside the standard library,
+installed packages and the engine, with the code files on the stack that opened it.
+:func:`read_by` then gives the files opened while one of the user's files was running (at
+import: ``RUBRIC = open("rubric.txt").read()``, a helper imported from a sibling folder
+through ``sys.path`` and the files it reads; or during a call). What it does not see:
+files opened by C code without Python's ``open`` (a C extension's own reads), by a
+helper the process had imported before the user's file, and by another process (a
+worker's reads during calls).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
+import importlib.util
 import json
-from collections.abc import Sequence
+import os
+import sys
+import sysconfig
+import threading
+import types
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +50,10 @@ __all__ = [
     "Fingerprints",
     "ResultsHeader",
     "compare",
+    "files_print",
     "fingerprint_run",
+    "read_by",
+    "reads_since",
 ]
 
 #: The key that marks a header line, and the version of the format it announces.
@@ -212,3 +233,108 @@ def compare(then: Fingerprints, now: Fingerprints) -> tuple[list[str], list[str]
         if old_path != new_path and old_path is not None and new_path is not None:
             moves.append(f"{label} is now {new_path} (it was {old_path}), with the same content")
     return changes, moves
+
+
+# -- what user code reads ---------------------------------------------------------------
+
+
+def _skipped_roots() -> tuple[str, ...]:
+    """Folders whose files are nobody's input: the engine's own packages, the standard
+    library, installed packages, and the kernel's virtual file systems."""
+    engine = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    roots = [os.path.join(engine, name) for name in ("evaluator", "reward", "llm_client", "skynet")]
+    paths = sysconfig.get_paths()
+    roots += [
+        paths[name] for name in ("stdlib", "platstdlib", "purelib", "platlib") if name in paths
+    ]
+    roots += [p for p in sys.path if p and ("site-packages" in p or "dist-packages" in p)]
+    roots += [sys.prefix, sys.base_prefix, sys.exec_prefix, "/proc", "/dev", "/sys"]
+    return tuple(sorted({os.path.abspath(r).rstrip(os.sep) + os.sep for r in roots}))
+
+
+_SKIPPED = _skipped_roots()
+_NOT_USER_CODE = ("<", *_SKIPPED)  # "<frozen importlib._bootstrap>", "<string>"
+_WRITING = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+#: path -> the user-side code files on the stack when it was opened, and when (a count).
+_reads: dict[str, tuple[set[str], int]] = {}
+_counter = [0]
+_reads_lock = threading.Lock()
+_MAX_DEPTH = 64
+
+
+def _read_path(args: tuple[object, ...]) -> str | None:
+    """The absolute path an ``open`` event reads, or None (a write, a descriptor)."""
+    path, mode, flags = (*args, None, None)[:3]
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    if not isinstance(path, str):
+        return None  # a file descriptor
+    if isinstance(mode, str):
+        if "r" not in mode or "+" in mode:
+            return None
+    elif isinstance(flags, int) and flags & _WRITING:
+        return None
+    return os.path.abspath(path)
+
+
+def _read_hook(event: str, args: tuple[object, ...]) -> None:
+    if event != "open" or (path := _read_path(args)) is None or path.startswith(_SKIPPED):
+        return
+    openers = set()
+    frame: types.FrameType | None = sys._getframe(1)
+    for _ in range(_MAX_DEPTH):
+        if frame is None:
+            break
+        name = frame.f_code.co_filename
+        if not name.startswith(_NOT_USER_CODE):
+            openers.add(name)
+        frame = frame.f_back
+    if not openers:
+        return
+    if path.endswith(".pyc"):  # a module's bytecode: its source is what was edited
+        with contextlib.suppress(ValueError, NotImplementedError):
+            path = importlib.util.source_from_cache(path)
+    with _reads_lock:
+        _counter[0] += 1
+        seen = _reads.get(path)
+        _reads[path] = (openers if seen is None else seen[0] | openers, _counter[0])
+
+
+def read_by(roots: Collection[str | Path], since: int = 0) -> list[Path]:
+    """The files opened for reading (since the mark ``since``) while one of ``roots`` (the
+    user's files) was on the stack, but ``roots`` themselves; files gone since are left out."""
+    wanted = {os.path.abspath(r) for r in roots}
+    wanted |= {os.path.realpath(r) for r in wanted}
+    with _reads_lock:
+        items = list(_reads.items())
+    out = []
+    for path, (openers, when) in items:
+        if when <= since or path in wanted or not openers & wanted:
+            continue
+        if os.path.isfile(path):
+            out.append(Path(path))
+    return sorted(out)
+
+
+def reads_since() -> int:
+    """A mark: :func:`read_by` with it sees only the files opened after now."""
+    with _reads_lock:
+        return _counter[0]
+
+
+def files_print(paths: Collection[Path]) -> bytes:
+    """One BLAKE2b digest of ``paths`` and their bytes (a file that cannot be read counts
+    as missing): editing any of them changes it."""
+    h = hashlib.blake2b(digest_size=16)
+    for path in sorted(paths):
+        h.update(str(path).encode("utf-8", "surrogatepass") + b"\0")
+        try:
+            data = path.read_bytes()
+        except OSError:
+            h.update(b"missing\0")
+            continue
+        h.update(len(data).to_bytes(8, "little") + data)
+    return h.digest()
+
+
+sys.addaudithook(_read_hook)

@@ -124,14 +124,16 @@ class DiskStore:
             found.update(rows.fetchall())
         return found
 
-    def put_many(self, items: Sequence[tuple[bytes, bytes]]) -> None:
-        """Store ``items`` in one transaction; a key already stored keeps its value."""
+    def put_many(self, items: Sequence[tuple[bytes, bytes]], replace: bool = False) -> None:
+        """Store ``items`` in one transaction; a key already stored keeps its value, unless
+        ``replace`` (its value failed its check on reading: the new one takes its place)."""
         now = time.time()
         conn = self._conn
+        verb = "REPLACE" if replace else "IGNORE"
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.executemany(
-                "INSERT OR IGNORE INTO results (key, value, created) VALUES (?, ?, ?)",
+                f"INSERT OR {verb} INTO results (key, value, created) VALUES (?, ?, ?)",
                 [(k, v, now) for k, v in items],
             )
             conn.execute("COMMIT")

@@ -438,6 +438,7 @@ class RunOptions:
     serving: ServingOptions = ServingOptions()
     json: bool = False
     cache: str | None = None
+    cache_key_files: tuple[str, ...] = ()
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -502,6 +503,14 @@ class RunOptions:
             metavar="DIR",
             help="keep results in DIR and take from it the results of examples already run "
             "with the same files, artifact and models (shared by concurrent runs)",
+        )
+        parser.add_argument(
+            "--cache-key-file",
+            action="append",
+            default=[],
+            metavar="PATH",
+            help="a file the metric or program reads that the cache key must hold (an edit "
+            "to it runs the examples again); repeat for more",
         )
 
     @staticmethod
@@ -572,7 +581,16 @@ class RunOptions:
             serving=ServingOptions.from_args(args, _run_models(args)),
             json=args.json,
             cache=_cache_directory(args.cache),
+            cache_key_files=_cache_key_files(args.cache_key_file, args.cache),
         )
+
+
+def _cache_key_files(paths: list[str], cache: str | None) -> tuple[str, ...]:
+    if paths and cache is None:
+        raise ConfigError("adds files to the cache key: add --cache DIR", option="cache_key_file")
+    from evaluator._cache import check_key_files
+
+    return tuple(map(str, check_key_files(paths, option="cache_key_file")))
 
 
 def _cache_directory(path: str | None) -> str | None:
