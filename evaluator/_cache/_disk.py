@@ -32,6 +32,7 @@ from pathlib import Path
 import msgspec
 
 from .._exceptions import ConfigError
+from .._outpath import check_output_path
 from ._key import CACHE_FORMAT
 
 __all__ = ["FILE_NAME", "CacheWarning", "DiskStats", "DiskStore"]
@@ -80,6 +81,10 @@ def check_directory(directory: str | os.PathLike[str], option: str = "cache") ->
             option=option,
             value=str(directory),
         )
+    if path.is_dir():  # the cache's own files: never a FIFO or a device written through
+        for name in (FILE_NAME, f"{FILE_NAME}-wal", f"{FILE_NAME}-shm", f"{FILE_NAME}.lock"):
+            if os.path.lexists(path / name):
+                check_output_path(path / name, option=option)
     return path
 
 

@@ -144,17 +144,15 @@ def _file(path: str | None, flag: str) -> str | None:
 
 
 def _new_file(path: str | None, dest: str) -> str | None:
-    """``path`` when a file can be written there: not a folder, in a folder that exists."""
+    """``path`` when a file can be written there (``check_output_path``: a regular file or
+    none yet, not a folder, a device or a pipe), in a folder that exists."""
     if path is None:
         return None
-    if "\0" in path:
-        raise ConfigError(
-            f"{path!r} holds a NUL character, which no file name can hold",
-            option=dest,
-            value=path,
-        )
-    if Path(path).is_dir():
+    if "\0" not in path and Path(path).is_dir():
         raise ConfigError(f"{path} is a folder: name a file", option=dest, value=path)
+    from evaluator._outpath import check_output_path
+
+    check_output_path(path, option=dest)
     parent = Path(path).parent
     if not parent.is_dir():
         raise ConfigError(f"{path}: no such folder {str(parent)!r}", option=dest, value=path)
@@ -643,13 +641,9 @@ def _report_file(path: str | None, output: str | None, inputs: list[str | None])
                 option="report",
                 value=path,
             )
-    from evaluator._exceptions import OutputPathError
     from evaluator._outpath import check_output_path
 
-    try:
-        check_output_path(path)
-    except OutputPathError as exc:
-        raise ConfigError(exc.problem, option="report", value=path) from None
+    check_output_path(path, option="report")
     return path
 
 
