@@ -9,9 +9,9 @@ known, so that a lookup costs one small encode and one hash:
   every helper module loaded from the metric's or the program's folder when the
   Evaluator is made (``from helpers import grade`` beside ``metric.py``; installed
   packages are not read: their version is the environment's), the bytes of every file
-  the metric's or program's code opened for reading before then (``rubric.txt`` read at
-  import, a helper imported from a sibling folder through ``sys.path``, the files that
-  helper reads: :func:`~evaluator._fingerprint.read_by`), the files named by
+  the metric's or program's code opened for reading at its import (``rubric.txt``, a
+  helper imported from a sibling folder through ``sys.path``, the files that helper
+  reads: :func:`~evaluator._fingerprint.read_by`), the files named by
   ``cache_key_files`` (``--cache-key-file``), and the model
   settings that shape outputs or costs (model, base URL, temperature, max tokens, prices;
   not rate limits, timeouts or concurrency) of the program and judge models and the SDK
@@ -125,11 +125,13 @@ def _loaded_under(folders: set[Path], skip: set[Path]) -> Iterator[Path]:
 
 def _depends(*fns: UserFunction | None) -> set[Path]:
     """What the user's files depend on beside themselves: the helper modules loaded from
-    their folders, and the files their code opened for reading (at import, or in a call
-    made before now), by path: editing one changes the key as editing the file does."""
+    their folders, and the files their code opened for reading at import (their module
+    code, and the helpers it imported): editing one changes the key as editing the file
+    does. Files read in calls are left out, so that the key does not depend on whether a
+    call ran before it was made (:meth:`KeyMaker.unkeyed_reads` warns of them)."""
     files = {Path(fn.path).resolve() for fn in fns if fn is not None}
     found = set(_loaded_under({f.parent for f in files}, files))
-    found.update(p.resolve() for p in read_by(files))
+    found.update(p.resolve() for p in read_by(files, at_import=True))
     return found - files
 
 
@@ -234,7 +236,8 @@ class KeyMaker:
         """The files the user's code opened since the key was made (during calls, in this
         process) that the key does not hold: an edit to them is not seen by the cache."""
         keyed = set(self.files) | set(self.roots)
-        return [p for p in read_by(self.roots, since=self.mark) if p.resolve() not in keyed]
+        reads = read_by(self.roots, at_import=False, since=self.mark)
+        return [p for p in reads if p.resolve() not in keyed]
 
     def candidate(self, artifact: Any) -> bytes | None:
         """The artifact's layer, or None when the artifact has no canonical form."""
