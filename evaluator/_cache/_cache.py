@@ -57,7 +57,8 @@ _decode = msgspec.msgpack.Decoder(Result).decode
 _LAYOUT = hashlib.blake2b(repr(msgspec.inspect.type_info(Result)).encode(), digest_size=4).digest()
 _PREFIX = b"sk" + CACHE_FORMAT.to_bytes(1, "little") + _LAYOUT
 _DIGEST = 16
-_HEAD = len(_PREFIX) + _DIGEST
+_SEALED = len(_PREFIX)
+_HEAD = _SEALED + _DIGEST
 
 
 def seal(key: bytes, payload: bytes) -> bytes:
@@ -68,12 +69,11 @@ def seal(key: bytes, payload: bytes) -> bytes:
 
 def unseal(key: bytes, value: bytes) -> memoryview | None:
     """The payload of the value stored under ``key``; None when it fails its check."""
-    if value[: len(_PREFIX)] != _PREFIX:
+    if not value.startswith(_PREFIX):
         return None
-    view = memoryview(value)
-    payload = view[_HEAD:]
+    payload = memoryview(value)[_HEAD:]
     digest = hashlib.blake2b(payload, key=key, digest_size=_DIGEST).digest()
-    return payload if view[len(_PREFIX) : _HEAD] == digest else None
+    return payload if value[_SEALED:_HEAD] == digest else None
 
 
 def _decoded(payload: memoryview | bytes) -> Result | None:
@@ -266,9 +266,11 @@ class ResultCache:
         return found
 
     def _damage(self, key: bytes) -> None:
-        """The value stored under ``key`` failed its check: a miss, counted, replaced."""
-        self._counts["damaged"] += 1
-        self._damaged.add(key)
+        """The value stored under ``key`` failed its check: a miss, counted (once, however
+        often it is read before it is replaced), replaced by the next store."""
+        if key not in self._damaged:
+            self._counts["damaged"] += 1
+            self._damaged.add(key)
         value = self._memory.pop(key, None)
         if value is not None:
             self._memory_bytes -= len(value) + len(key)
@@ -287,8 +289,7 @@ class ResultCache:
         for i, key in enumerate(keys):
             if values[i] is None and key is not None and (value := found.get(key)) is not None:
                 if unseal(key, value) is None:
-                    if key not in self._damaged:  # counted once, however often it is read
-                        self._damage(key)
+                    self._damage(key)
                     continue
                 values[i] = value
                 filled.add(i)
