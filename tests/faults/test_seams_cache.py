@@ -424,6 +424,9 @@ def score(input, output, expected=None):
 """
 
 
+SYSTEM_FILE = Path("/etc/os-release")
+
+
 def _rows(n: int) -> list[dict[str, Any]]:
     return [
         {"id": f"e{i}", "input": {"n": i}, "expected": {"label": "a"}, "output": "ab"[i % 2]}
@@ -513,6 +516,21 @@ class TestWhatUserCodeReads:
         assert len(messages) == 1, messages
         assert str(rubric) in messages[0] and "--cache-key-file" in messages[0]
         assert "cache_key_files" in messages[0]
+
+    @pytest.mark.skipif(not SYSTEM_FILE.is_file(), reason="no /etc/os-release here")
+    async def test_system_files_are_nobodys_input(self, tmp_path: Path) -> None:
+        """A file under /etc read during calls (as SDKs read /etc/os-release for their
+        user agent) is not warned about, nor keyed."""
+        system = SYSTEM_FILE
+        metric = write(
+            tmp_path,
+            "metric.py",
+            RUBRIC_IN_CALLS.replace(
+                '(Path(__file__).parent / "rubric.txt")', f"Path({str(system)!r})"
+            ),
+        )
+        results, caught = await _evaluate(metric, tmp_path / "cache", execution="inline")
+        assert all(r.ok for r in results) and not caught
 
     async def test_cache_key_files_adds_a_file(self, tmp_path: Path) -> None:
         """cache_key_files=[rubric]: no warning, and an edit of it computes again."""
