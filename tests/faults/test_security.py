@@ -344,6 +344,8 @@ class TestApiKey:
                         "m",
                         "--base-url",
                         sim.base_url,
+                        "--api-key-env",
+                        "OPENAI_API_KEY",
                         "--output",
                         str(out),
                         "--timeout",
