@@ -9,6 +9,7 @@ SDK's) and returns the provider's reply with its cost (``_forward.py``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -395,7 +396,7 @@ class ModelClient:
             )
         prepared = ForwardRequest(method, url, headers, body, self._config.model)
         # The request's own key (an SDK's) is scrubbed as well as the client's.
-        redact = Redactor([prepared.api_key, self._key])
+        redact = _redactor(prepared.api_key, self._key)
         try:
             request = HTTPRequest(method, url, prepared.headers, prepared.body)
             state = _CallState()
@@ -612,7 +613,8 @@ class ModelClient:
             cost, note = prices.cost(usage.input_tokens, usage.output_tokens, usage.cached_tokens)
         wall = time.perf_counter() - state.started
         return Completion(
-            text=choice.message.content or "",
+            # A server may echo the key in a normal reply too: it never leaves the client.
+            text=self._redact.secrets(choice.message.content or ""),
             model=response.model or self._config.model,
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,
@@ -648,17 +650,19 @@ class ModelClient:
             if redact.finds(text):
                 body = redact(text).encode()
             cost, note = 0.0, f"HTTP {response.status}: an error reply is not billed"
-        elif usage is None:
-            cost, note = None, "the server reported no usage, so the cost is unmeasured"
-        elif usage.problem is not None:
-            cost, note = None, usage.problem
-            body = prepared.reply_body(body)
         else:
-            assert self._prices is not None
-            cost, note = self._prices.cost(
-                usage.input_tokens, usage.output_tokens, usage.cached_tokens
-            )
-            body = prepared.reply_body(body)
+            body = _without_keys(body, redact)
+            if usage is not None:
+                body = prepared.reply_body(body)
+            if usage is None:
+                cost, note = None, "the server reported no usage, so the cost is unmeasured"
+            elif usage.problem is not None:
+                cost, note = None, usage.problem
+            else:
+                assert self._prices is not None
+                cost, note = self._prices.cost(
+                    usage.input_tokens, usage.output_tokens, usage.cached_tokens
+                )
         tokens = usage or CallUsage(0, 0, 0, 0)
         return Forwarded(
             status=response.status,
@@ -687,6 +691,21 @@ def _read_forwarded(
     the reservation."""
     usage = read_usage(response.body, event_stream=is_event_stream(response.headers))
     return None, (response, usage), _used(usage)
+
+
+@functools.lru_cache(maxsize=64)
+def _redactor(*keys: str | None) -> Redactor:
+    """The redactor of a forwarded call's keys (the SDK's and the client's), built once
+    per pair: a call reuses its client's keys, and building one compiles its patterns."""
+    return Redactor(keys)
+
+
+def _without_keys(body: bytes, redact: Redactor) -> bytes:
+    """A successful reply's body without the keys the request carried (a server may
+    echo them in a normal reply as well as in an error)."""
+    text = body.decode("utf-8", "replace")
+    clean = redact.secrets(text)
+    return body if clean is text else clean.encode()
 
 
 def _used(usage: CallUsage | None) -> int | None:
