@@ -31,6 +31,12 @@ The rule, and why:
    piece of the key (a message cut in the middle of an echoed key, the piece at the start
    or end of a run of such characters) are replaced too.
 
+Texts that are data, not error messages (a model's successful reply, an output, a
+metric's feedback), go through :meth:`Redactor.secrets` instead: rules 2 and 3 only, for
+keys of :data:`SUBSTRING_MIN` characters or more. A reply may quote ``Bearer`` or
+``api_key=`` as its content, and a short key is a word it may hold; replacing either
+would change the data, and neither leaks a secret.
+
 No key is too short: rule 2 applies to every length from 1. A marker already in a text
 is kept as it is (even for a key spelt ``redacted``), so redacting twice changes nothing.
 A 1-character key whose character is in the marker (``[``) is "shown" by every marker;
