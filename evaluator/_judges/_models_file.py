@@ -318,7 +318,10 @@ def _merge(
     merged = {k: v for k, v in fallback.items() if k not in _PAIR}
     merged.update((k, v) for k, v in shared.items() if k not in _PAIR)
     merged.update((k, v) for k, v in own.items() if k not in _PAIR)
-    merged.update(_endpoint(reader, place, own, provider, fallback))
+    levels: list[tuple[_Located, Mapping[str, Any]]] = [(place, own)]
+    if provider is not None:
+        levels.append(provider)
+    merged.update(_endpoint(reader, levels, fallback))
     if ("price_input" in merged) != ("price_output" in merged):
         there = "price_input" if "price_input" in merged else "price_output"
         other = "price_output" if there == "price_input" else "price_input"
@@ -335,14 +338,10 @@ _PAIR = ("base_url", "api_key_env")
 
 
 def _endpoint(
-    reader: _Reader,
-    place: _Located,
-    own: dict[str, Any],
-    provider: tuple[_Located, dict[str, Any]] | None,
-    fallback: Mapping[str, Any],
+    reader: _Reader, levels: list[tuple[_Located, Mapping[str, Any]]], fallback: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """Where the model is served and the variable of its key, from the one level that
-    writes them: the model's own table, else its provider's, else the fallback (the
+    """Where the model is served and the variable of its key, from the first of ``levels``
+    that writes them: the model's own table, else its provider's, else the fallback (the
     command line's pair), else neither (the defaults: OpenAI's URL and variable).
 
     A key goes only to the base URL written beside it, so the two are never merged
@@ -352,9 +351,6 @@ def _endpoint(
     key: a server that needs a key would refuse every call (a failed row per example,
     later), and one that needs none is one line away (``api_key_env = "none"``).
     """
-    levels: list[tuple[_Located | None, Mapping[str, Any]]] = [(place, own)]
-    if provider is not None:
-        levels.append(provider)
     for origin, table in levels:
         has_url, has_env = "base_url" in table, "api_key_env" in table
         if has_url and has_env:
@@ -373,7 +369,6 @@ def _endpoint(
             )
         else:
             fix = "set base_url beside api_key_env (the server that key is for)"
-        assert origin is not None
         raise reader.fail(
             origin,
             f"`{there}` is set but {other}: {fix}, so that a key is sent only to the base URL "
