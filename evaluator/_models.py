@@ -109,7 +109,9 @@ class Meter:
             # One unpriced call makes the total unmeasured: never a silent partial sum.
             if self.cost_usd is not None:
                 note = completion.cost_note or f"no price known for model {completion.model!r}"
-                self.notes.append(f"cost not measured: {note}; set --price-input/--price-output")
+                # A missing price is the user's to give; missing or impossible usage is not.
+                fix = "; set --price-input/--price-output" if "price" in note else ""
+                self.notes.append(f"cost not measured: {note}{fix}")
             self.cost_usd = None
         elif self.cost_usd is not None:
             self.cost_usd += completion.cost_usd

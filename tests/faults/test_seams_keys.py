@@ -736,6 +736,7 @@ class TestImpossibleUsage:
             assert result.error is None, result.error
             assert result.observation.cost_usd is None
             assert any("cannot be true" in n for n in result.observation.notes)
+            assert not any("--price" in n for n in result.observation.notes)  # not a price
             assert result.observation.llm_calls == 1
             assert "cost not measured" in result.feedback
             assert result.scores["cost"] == 0.0 and 0.5 <= result.score <= 0.6
