@@ -41,7 +41,7 @@ from evaluator._cli import main
 from evaluator._judges import ModelsFileError, judges_from_flags, load_models_file
 from evaluator._results import Observation, Result
 from evaluator._scrub import ResultScrubber
-from llm_client import ModelClient, ModelConfig, Redactor
+from llm_client import ModelClient, ModelConfig, ModelConfigError, Redactor
 from llm_client._redact import FRAGMENT_MIN, REDACTED, SUBSTRING_MIN
 from llm_client._usage import MAX_TOKENS
 
@@ -350,6 +350,30 @@ class TestKeysReachTheirOwnHost:
         )
         assert main(argv) == 0, capsys.readouterr().err
         assert a.seen == [] and b.auths() == {f"Bearer {OTHER}"}
+
+    def test_library_config_default_key_stays_with_openai(
+        self, two: tuple[Provider, Provider], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """llm_client's own default: a ModelConfig for another server that names no
+        api_key_env is refused when its client opens (naming model and URL), and that
+        server hears nothing; named, the variable's key goes there; at OpenAI's URL the
+        default variable is read as before."""
+        a, _ = two
+        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+
+        async def ask(config: ModelConfig) -> str:
+            async with ModelClient(config) as client:
+                return (await client.complete([{"role": "user", "content": "hi"}])).text
+
+        with pytest.raises(ModelConfigError) as info:
+            asyncio.run(ask(ModelConfig(model="m", base_url=a.url)))
+        assert f"model 'm' at {a.url} names no `api_key_env`" in str(info.value)
+        assert KEY not in str(info.value) and a.seen == []
+        assert asyncio.run(
+            ask(ModelConfig(model="m", base_url=a.url, api_key_env="SEAM_MODEL_KEY"))
+        )
+        assert a.auths() == {f"Bearer {OTHER}"}
+        assert ModelConfig(model="m").api_key() == KEY
 
     def test_models_file_errors_never_show_the_key(self, tmp_path: Path) -> None:
         """The refusal names the variables, never a key's value."""
