@@ -703,6 +703,8 @@ def _redactor(*keys: str | None) -> Redactor:
 def _without_keys(body: bytes, redact: Redactor) -> bytes:
     """A successful reply's body without the keys the request carried (a server may
     echo them in a normal reply as well as in an error)."""
+    if not redact.keys:  # a call without a key: nothing to look for
+        return body
     text = body.decode("utf-8", "replace")
     clean = redact.secrets(text)
     return body if clean is text else clean.encode()
