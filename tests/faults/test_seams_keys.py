@@ -499,6 +499,67 @@ class TestKeysInSuccessfulReplies:
         for name, text in outputs.items():
             assert not _leaks(KEY, text), f"the key in the {name}: {text[:2000]}"
 
+    def test_judges_output_and_spans_leave_it_out(
+        self,
+        tmp_path: Path,
+        provider: Provider,
+        monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """skynet-eval judges against the echoing server (its table and --output JSON),
+        and an Evaluator's OpenTelemetry spans (every attribute, every event) over the
+        same replies: no trace of the key (the results they are made from are scrubbed;
+        the outputs themselves carry no feedback today, and must not start to leak)."""
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+            InMemorySpanExporter,
+        )
+
+        provider.echo = True
+        monkeypatch.setenv("SEAM_KEY", KEY)
+        metric, data = _files(tmp_path, ENV_METRIC)
+        out = tmp_path / "judges.json"
+        exporter = InMemorySpanExporter()
+        tracing = TracerProvider()
+        tracing.add_span_processor(SimpleSpanProcessor(exporter))
+        model = ModelConfig(model="m", base_url=provider.url, api_key_env="SEAM_KEY",
+                            price_input=0.0, price_output=0.0)  # fmt: skip
+
+        async def traced() -> list[Result]:
+            async with Evaluator(
+                metric, execution="inline", models=Models(metric=model), timeout=20,
+                tracer_provider=tracing,
+            ) as ev:  # fmt: skip
+                rows = [{"id": i, "input": {}, "output": f"o{i}"} for i in range(2)]
+                return await ev.evaluate_many(None, rows)
+
+        try:
+            code = main(
+                ["judges", "--metric", str(metric), "--data", str(data), "--models", "m",
+                 "--base-url", provider.url, "--api-key-env", "SEAM_KEY", "--price", "m=0,0",
+                 "--output", str(out), "--timeout", "20"]
+            )  # fmt: skip
+            printed = capsys.readouterr()
+            results = asyncio.run(traced())
+        finally:
+            provider.echo = False
+        assert code == 0, printed.err
+        assert all(r.error is None and REDACTED in r.feedback for r in results)
+        spans = exporter.get_finished_spans()
+        assert spans
+        shown = [
+            json.dumps({k: str(v) for k, v in (s.attributes or {}).items()})
+            + "".join(str(e.attributes) for e in s.events)
+            for s in spans
+        ]
+        for name, text in {
+            "judges table": printed.out + printed.err,
+            "judges output": out.read_text(),
+            "spans": "\n".join(shown),
+        }.items():
+            assert not _leaks(KEY, text), f"the key in the {name}: {text[:2000]}"
+
     def test_sdk_reply_and_sdk_key_kept_out(
         self, tmp_path: Path, provider: Provider, monkeypatch: pytest.MonkeyPatch
     ) -> None:
