@@ -17,12 +17,15 @@ info dict, named scores' names, the error message, the observation's and judge's
 Not changed: the example id (the dataset's own key for the row; ``--resume`` matches by
 it) and the numbers.
 
-Cost: nothing when the run knows no key. Otherwise one JSON encoding of the chunk's
-results and one search of it; only a chunk that holds a key is walked, result by result.
+Cost: nothing when the run knows no key. Otherwise one JSON encoding of the chunk's texts
+and a few substring searches of it (``Redactor.might_hold``, and the key's base64 forms,
+since ``bytes`` are encoded so): about 2 us a result. Only a chunk that holds a key is
+walked, result by result, and only the results that hold one are rebuilt.
 """
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterable
 from typing import Any
 
@@ -53,11 +56,12 @@ _encoder = msgspec.json.Encoder(enc_hook=_shown)
 class ResultScrubber:
     """The run's known keys, and the results with them removed."""
 
-    __slots__ = ("_keys", "_redactor")
+    __slots__ = ("_base64", "_keys", "_redactor")
 
     def __init__(self) -> None:
         self._keys: frozenset[str] = frozenset()
         self._redactor: Redactor | None = None
+        self._base64: tuple[str, ...] = ()
 
     def know(self, keys: Iterable[str | None]) -> None:
         """Add ``keys`` to those hidden (a key too short to hide is ignored)."""
@@ -65,6 +69,7 @@ class ResultScrubber:
         if new:
             self._keys |= new
             self._redactor = Redactor(self._keys)
+            self._base64 = tuple(p for k in self._keys for p in _base64_cores(k))
 
     @property
     def active(self) -> bool:
@@ -79,9 +84,31 @@ class ResultScrubber:
         redactor = self._redactor
         if redactor is None or not results:
             return results
-        if not redactor.might_hold(_texts(results)):
+        if not self._might_hold(redactor, _texts(results)):
             return results
-        return [_result(redactor, r) for r in results]
+        return [self._result(redactor, r) for r in results]
+
+    def _might_hold(self, redactor: Redactor, text: str) -> bool:
+        # bytes are encoded as base64, where the key's text cannot be seen
+        return redactor.might_hold(text) or any(p in text for p in self._base64)
+
+    def _result(self, redactor: Redactor, result: Result) -> Result:
+        if not self._might_hold(redactor, _texts([result])):
+            return result
+        return _scrubbed(redactor, result)
+
+
+def _base64_cores(key: str) -> list[str]:
+    """The key's bytes as base64 reads them wherever they start in a ``bytes`` value
+    (three alignments), less the characters its neighbours change."""
+    raw = key.encode("utf-8", "surrogatepass")
+    cores = []
+    for offset in range(3):
+        text = base64.b64encode(bytes(offset) + raw).decode()
+        core = text[4 if offset else 0 : -4]
+        if len(core) >= 6:
+            cores.append(core)
+    return cores
 
 
 def _texts(results: list[Result]) -> str:
@@ -106,9 +133,7 @@ def _texts(results: list[Result]) -> str:
         return "\n".join(_shown(r) for r in results)
 
 
-def _result(redactor: Redactor, result: Result) -> Result:
-    if not redactor.might_hold(_texts([result])):
-        return result
+def _scrubbed(redactor: Redactor, result: Result) -> Result:
     clean = redactor.secrets
     error = result.error
     changes: dict[str, Any] = {
@@ -134,6 +159,11 @@ def _value(redactor: Redactor, value: Any, path: set[int]) -> Any:
         return redactor.secrets(value)
     if value is None or isinstance(value, (bool, int, float)):
         return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        text = raw.decode("utf-8", "surrogateescape")
+        clean = redactor.secrets(text)
+        return value if clean is text else clean.encode("utf-8", "surrogateescape")
     kind = type(value)
     if kind not in (list, tuple, dict) or id(value) in path or len(path) >= _MAX_DEPTH:
         return _object(redactor, value)

@@ -650,6 +650,16 @@ class TestSecretsRule:
         assert clean[50].output == {REDACTED: (REDACTED,)}
         assert clean[51].output[0] == REDACTED and KEY not in repr(clean)
 
+    @pytest.mark.parametrize("offset", [0, 1, 2, 5])
+    def test_a_key_in_bytes_alone_is_found(self, offset: int) -> None:
+        """A key only in a bytes value (stored as base64, where its text cannot be seen),
+        at any alignment: found and removed, the value still bytes."""
+        scrubber = ResultScrubber()
+        scrubber.know([KEY])
+        value = b"x" * offset + KEY.encode() + b"!"
+        (clean,) = scrubber.results([Result(1, 1.0, {}, "", None, Observation(), output=value)])
+        assert clean.output == b"x" * offset + REDACTED.encode() + b"!"
+
 
 # -- item 8: usage that cannot be true -----------------------------------------------------
 
