@@ -233,66 +233,45 @@ class TestKeysReachTheirOwnHost:
         monkeypatch.setenv("SEAM_PROVIDER_KEY", KEY)
         monkeypatch.setenv("SEAM_MODEL_KEY", OTHER)
 
-    def test_provider_key_never_goes_to_a_model_base_url(
+    @pytest.mark.parametrize(
+        ("own", "code", "at_provider", "at_model"),
+        [
+            ("", 2, set(), set()),
+            ('api_key_env = "SEAM_MODEL_KEY"\n', 0, {f"Bearer {KEY}"}, {f"Bearer {OTHER}"}),
+            ('api_key_env = "none"\n', 0, {f"Bearer {KEY}"}, {None}),
+        ],
+        ids=["provider-key-model-url", "model-pair", "model-url-no-key"],
+    )
+    def test_each_key_reaches_its_own_host(
         self,
         tmp_path: Path,
         two: tuple[Provider, Provider],
         capsys: pytest.CaptureFixture[str],
+        own: str,
+        code: int,
+        at_provider: set[str | None],
+        at_model: set[str | None],
     ) -> None:
-        """A provider's key, a model's own base URL: refused before any call (exit 2,
-        naming file, line, model and key); neither host hears anything."""
+        """skynet-eval judges, a provider (host A, its key) and a model of it at its own
+        base URL (host B), beside a sibling model on the provider: with no key of its own
+        the model is refused before any call (exit 2, naming file, line, model and key;
+        neither host hears anything); with its own variable, its key reaches B and the
+        provider's reaches A only; with "none", B gets no key at all."""
         a, b = two
-        code, err = _judges(
+        got, err = _judges(
             tmp_path,
             f'[providers.p]\nbase_url = "{a.url}"\napi_key_env = "SEAM_PROVIDER_KEY"\n\n'
-            f'[[models]]\nname = "m"\nprovider = "p"\nbase_url = "{b.url}"\n',
-            capsys,
-        )
-        assert code == 2
-        assert re.search(r"models\.toml:8: model 'm' \(\[\[models\]\] #1\): `base_url`", err), err
-        assert "api_key_env" in err and KEY not in err
-        assert a.seen == [] and b.seen == []
-
-    def test_model_key_goes_to_the_model_url_only(
-        self,
-        tmp_path: Path,
-        two: tuple[Provider, Provider],
-        capsys: pytest.CaptureFixture[str],
-    ) -> None:
-        """A model's own pair wins over its provider's: its key reaches its base URL, the
-        provider's host hears nothing; a sibling on the provider gets the provider's key
-        at the provider's URL only."""
-        a, b = two
-        code, err = _judges(
-            tmp_path,
-            f'[providers.p]\nbase_url = "{a.url}"\napi_key_env = "SEAM_PROVIDER_KEY"\n\n'
-            f'[[models]]\nname = "m"\nprovider = "p"\nbase_url = "{b.url}"\n'
-            'api_key_env = "SEAM_MODEL_KEY"\nprice_input = 0\nprice_output = 0\n\n'
+            f'[[models]]\nname = "m"\nprovider = "p"\nbase_url = "{b.url}"\n{own}'
+            "price_input = 0\nprice_output = 0\n\n"
             '[[models]]\nname = "n"\nprovider = "p"\nprice_input = 0\nprice_output = 0\n',
             capsys,
         )
-        assert code == 0, err
-        assert b.auths() == {f"Bearer {OTHER}"}
-        assert a.auths() == {f"Bearer {KEY}"}
-
-    def test_none_sends_no_key(
-        self,
-        tmp_path: Path,
-        two: tuple[Provider, Provider],
-        capsys: pytest.CaptureFixture[str],
-    ) -> None:
-        """A model at its own base URL with api_key_env = "none": no key at all reaches
-        it, though its provider has one."""
-        a, b = two
-        code, err = _judges(
-            tmp_path,
-            f'[providers.p]\nbase_url = "{a.url}"\napi_key_env = "SEAM_PROVIDER_KEY"\n\n'
-            f'[[models]]\nname = "m"\nprovider = "p"\nbase_url = "{b.url}"\n'
-            'api_key_env = "none"\nprice_input = 0\nprice_output = 0\n',
-            capsys,
-        )
-        assert code == 0, err
-        assert b.auths() == {None} and a.seen == []
+        assert got == code, err
+        if code == 2:
+            head = r"models\.toml:8: model 'm' \(\[\[models\]\] #1\): `base_url`"
+            assert re.search(head, err), err
+            assert "api_key_env" in err and KEY not in err
+        assert a.auths() == at_provider and b.auths() == at_model
 
     @pytest.mark.parametrize("command", ["run", "judges"])
     def test_default_key_never_goes_to_another_host(
