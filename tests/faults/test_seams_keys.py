@@ -27,7 +27,7 @@ import re
 import textwrap
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
@@ -62,7 +62,9 @@ class Provider:
     def __init__(self) -> None:
         self.seen: list[tuple[str, str | None]] = []
         self.usage: Any = dict(self.DEFAULT_USAGE)
-        self.echo = False
+        #: True: the request's Authorization header in the reply; a function: what it
+        #: makes of the key (upper case, cut, JSON-escaped...).
+        self.echo: bool | Callable[[str], str] = False
         self._lock = threading.Lock()
         provider = self
 
@@ -79,7 +81,10 @@ class Provider:
                 with provider._lock:
                     provider.seen.append((self.path, auth))
                     usage, echo = provider.usage, provider.echo
-                text = f"PASS. Your headers: Authorization: {auth}" if echo else "PASS"
+                if callable(echo):
+                    text = f"PASS. Your key was {echo((auth or '').removeprefix('Bearer '))}."
+                else:
+                    text = f"PASS. Your headers: Authorization: {auth}" if echo else "PASS"
                 body = json.dumps(provider.reply(self.path, text, usage)).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -570,6 +575,64 @@ class TestKeysInSuccessfulReplies:
         text = repr(results)
         assert "PASS. Your headers" in text and REDACTED in text
         assert not _leaks(OTHER, text), text
+
+
+ECHOES: dict[str, Callable[[str], str]] = {
+    "as sent": lambda k: k,
+    "upper case": str.upper,
+    "lower case": str.lower,
+    "json": lambda k: json.dumps({"k": k}),
+    "cut at the end": lambda k: k[: max(FRAGMENT_MIN, len(k) - 4)] + " (truncated)",
+    "cut at the start": lambda k: "..." + k[min(4, len(k) - FRAGMENT_MIN) :],
+    "inside a word": lambda k: f"xx{k}yy",
+}
+
+
+class TestRepliesThroughTheClient:
+    @settings(
+        max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
+    @given(
+        key=st.text(
+            st.sampled_from("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"),
+            min_size=FRAGMENT_MIN + 1,
+            max_size=64,
+        ),
+        echo=st.sampled_from(sorted(ECHOES)),
+    )
+    def test_a_reply_echoing_the_key_never_holds_it(
+        self, provider: Provider, key: str, echo: str
+    ) -> None:
+        """complete() and forward() against a server that writes the request's key into
+        a successful reply, whole or cut, in any case, JSON-escaped or glued to a word:
+        the text and the body handed on hold no piece of it a reader could use, and the
+        rest of the reply is kept."""
+        import os
+
+        provider.echo = ECHOES[echo]
+        os.environ["SEAM_HYPO_KEY"] = key
+        config = ModelConfig(model="m", base_url=provider.url, api_key_env="SEAM_HYPO_KEY",
+                             price_input=0.0, price_output=0.0, max_retries=0)  # fmt: skip
+
+        async def both() -> tuple[str, bytes]:
+            async with ModelClient(config) as client:
+                text = (await client.complete([{"role": "user", "content": "hi"}])).text
+                body = json.dumps({"model": "m", "messages": []}).encode()
+                headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
+                reply = await client.forward(
+                    "POST", f"{provider.url}/chat/completions", headers, body, timeout=20
+                )
+                return text, reply.body
+
+        try:
+            text, body = asyncio.run(both())
+        finally:
+            provider.echo = False
+            del os.environ["SEAM_HYPO_KEY"]
+        assert text.startswith("PASS. Your key was")
+        content = json.loads(body)["choices"][0]["message"]["content"]
+        for shown in (text, content, body.decode()):
+            assert not _leaks(key, shown), shown
 
 
 keys = st.text(
