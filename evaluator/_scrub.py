@@ -11,9 +11,10 @@ telemetry see it, so none of those needs a redactor of its own.
 What it hides: the keys the run knows (each configured model's, read from its
 environment variable, and each key a routed SDK call carried), by the rule of
 :meth:`llm_client.Redactor.secrets` (a key of 8 characters or more, in any written form,
-and a cut piece of 12 or more). Where: feedback, the output (strings at any depth, dict
-keys too; an object whose ``repr`` shows a key is replaced by that text, redacted), the
-info dict, named scores' names, the error message, the observation's and judge's notes.
+and a cut piece of 12 or more). Where: feedback, the output (strings and ``bytes`` at any
+depth, dict keys too; another object whose ``repr`` shows a key is replaced by that text,
+redacted), the info dict, named scores' names, the error message, the observation's and
+judge's notes.
 Not changed: the example id (the dataset's own key for the row; ``--resume`` matches by
 it) and the numbers.
 
