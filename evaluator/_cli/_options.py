@@ -45,6 +45,7 @@ __all__ = [
 EXECUTIONS = ("process", "thread", "async", "inline", "ray")
 DEFAULT_TIMEOUT = 60.0
 OPENAI_BASE_URL = "https://api.openai.com/v1"
+OPENAI_KEY_ENV = "OPENAI_API_KEY"
 _NEEDS_A_MODEL = "add --model, --metric-model or --reflection-model"
 
 
@@ -303,6 +304,9 @@ class ServingOptions:
 
     models: tuple[ModelRequest, ...] = ()
     api_key_env: str | None = "OPENAI_API_KEY"
+    #: True when ``--api-key-env`` was not given: the variable is then OpenAI's, and its
+    #: key goes to OpenAI's base URL only (a model at another is refused by the serving step).
+    default_key_env: bool = False
     rpm: float | None = None
     tpm: float | None = None
     simulator: SimulatorConfig | None = None
@@ -316,7 +320,8 @@ class ServingOptions:
             _zero_or_more(request.price_output, "price_output")
         return cls(
             models=tuple(models),
-            api_key_env=_key_env(args.api_key_env),
+            api_key_env=_key_env(OPENAI_KEY_ENV if args.api_key_env is None else args.api_key_env),
+            default_key_env=args.api_key_env is None,
             rpm=args.rpm,
             tpm=args.tpm,
             simulator=_simulator_config(args.simulator),
@@ -521,10 +526,9 @@ class RunOptions:
         models.add_argument("--reflection-base-url", help="base URL of --reflection-model")
         models.add_argument(
             "--api-key-env",
-            default="OPENAI_API_KEY",
             metavar="VAR",
-            help="environment variable holding the API key (default OPENAI_API_KEY); "
-            "'none' for a server without keys",
+            help="environment variable holding the API key of every model given (default "
+            "OPENAI_API_KEY, sent only to OpenAI's base URL); 'none' for a server without keys",
         )
         models.add_argument("--rpm", type=float, help="requests per minute per model")
         models.add_argument("--tpm", type=float, help="tokens per minute per model")
