@@ -47,6 +47,13 @@ def budget_source(stats: GovernorStatistics) -> str:
     return stats.budget_source
 
 
+#: How to give a model its price, in words every front end knows: ``ModelConfig``'s and
+#: a models file's keys; ``run``/``check`` spell them ``--price-input``/``--price-output``
+#: and ``judges`` ``--price MODEL=IN,OUT`` (a note is stored in the results file, which
+#: any of them may show, so it names no one command's flag).
+PRICE_HINT = "give the model a price (price_input/price_output, USD per million tokens)"
+
+
 class Models(msgspec.Struct, frozen=True, kw_only=True):
     """Which model serves which stage; any of them may be missing.
 
@@ -108,7 +115,7 @@ class Meter:
             # One unpriced call makes the total unmeasured: never a silent partial sum.
             if self.cost_usd is not None:
                 note = completion.cost_note or f"no price known for model {completion.model!r}"
-                self.notes.append(f"cost not measured: {note}; set --price-input/--price-output")
+                self.notes.append(f"cost not measured: {note}; {PRICE_HINT}")
             self.cost_usd = None
         elif self.cost_usd is not None:
             self.cost_usd += completion.cost_usd

@@ -104,14 +104,24 @@ def build_parser() -> argparse.ArgumentParser:
             command.name, help=command.options.HELP, description=command.options.DESCRIPTION
         )
         command.options.add_arguments(sub)
-        sub.set_defaults(cli_command=command, cli_flags=flag_names(sub))
+        sub.set_defaults(cli_command=command, cli_flags=flag_names(sub), cli_parser=sub)
     return parser
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The words as a namespace; a word no flag takes is the subcommand's usage error
+    (its usage printed, not the top level's, which lists the commands)."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        sub: argparse.ArgumentParser = getattr(args, "cli_parser", parser)
+        sub.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line on ``argv`` (default ``sys.argv[1:]``); the exit code."""
     try:
-        args = build_parser().parse_args(argv)
+        args = _parse(build_parser(), argv)
     except SystemExit as exc:  # --help, or a usage error already printed: a code, not a raise
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
     command: Command = args.cli_command

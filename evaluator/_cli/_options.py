@@ -246,6 +246,72 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_metric_timeout_argument(parser: Any) -> None:
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        help=f"metric timeout, s (default 60, max {MAX_TIMEOUT:g})",
+    )
+
+
+def _add_program_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--program`` and its artifact (``--artifact FILE`` or ``--artifact-text``)."""
+    parser.add_argument("--program", metavar="FILE", help="program file (`run(artifact, input)`)")
+    artifact = parser.add_mutually_exclusive_group()
+    artifact.add_argument(
+        "--artifact", metavar="FILE", help="the candidate artifact: .json is parsed, else text"
+    )
+    artifact.add_argument("--artifact-text", metavar="TEXT", help="the artifact as text")
+
+
+def _add_execution_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where and how long the metric and the program run (``run`` and ``check``)."""
+    _add_metric_timeout_argument(parser)
+    parser.add_argument("--program-timeout", type=float, help="program timeout, s (default 600)")
+    parser.add_argument(
+        "--execution",
+        choices=EXECUTIONS,
+        help="where the metric runs (default: the file's EXECUTION, else by its kind)",
+    )
+    parser.add_argument("--program-execution", choices=EXECUTIONS, help="where the program runs")
+
+
+def _add_model_arguments(models: Any) -> None:
+    """The models the program and the metric call (``run`` and ``check``)."""
+    models.add_argument("--model", help="the program model")
+    models.add_argument("--metric-model", help="the metric (judge) model")
+    models.add_argument("--reflection-model", help="the reflection model")
+    models.add_argument("--base-url", help="OpenAI-compatible base URL of --model")
+    models.add_argument("--metric-base-url", help="base URL of --metric-model")
+    models.add_argument("--reflection-base-url", help="base URL of --reflection-model")
+    models.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        metavar="VAR",
+        help="environment variable holding the API key (default OPENAI_API_KEY); "
+        "'none' for a server without keys",
+    )
+    models.add_argument("--rpm", type=float, help="requests per minute per model")
+    models.add_argument("--tpm", type=float, help="tokens per minute per model")
+    models.add_argument("--price-input", type=float, help="USD per 1M input tokens (override)")
+    models.add_argument("--price-output", type=float, help="USD per 1M output tokens (override)")
+    _add_simulator_argument(models)
+
+
+def _program_timeout(args: argparse.Namespace) -> float | None:
+    if args.program_timeout is None:
+        return None
+    return validate_timeout(args.program_timeout, "program_timeout", upper=None)
+
+
+def _program_and_artifact(args: argparse.Namespace) -> tuple[str | None, Any]:
+    program = _file(args.program, "--program")
+    if program is None and (args.artifact is not None or args.artifact_text is not None):
+        raise ConfigError("--artifact is used by a program: add --program FILE")
+    return program, _artifact(args.artifact, args.artifact_text)
+
+
 def _add_simulator_argument(parser: Any) -> None:
     parser.add_argument(
         "--simulator",
@@ -369,37 +435,64 @@ class CacheOptions:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CheckOptions:
-    """``skynet-eval check METRIC --data FILE``."""
+    """``skynet-eval check METRIC --data FILE``: with the models, simulator and prices
+    of ``run`` (the same flags), so a judge metric is checked as it will run."""
 
     HELP: ClassVar[str] = "run the metric contract check"
-    DESCRIPTION: ClassVar[str] = "Check a metric file against the contract on the first 3 examples."
+    DESCRIPTION: ClassVar[str] = (
+        "Check a metric file (and a program, with --program) against the contract on the "
+        "first 3 examples, with the models a run would give them."
+    )
 
     metric: str
     data: DataOptions
+    program: str | None = None
+    artifact: Any = None
     timeout: float = DEFAULT_TIMEOUT
+    program_timeout: float | None = None
+    execution: str | None = None
+    program_execution: str | None = None
+    serving: ServingOptions = ServingOptions()
     json: bool = False
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("metric", metavar="METRIC", help="the metric file (defines `score`)")
-        _add_data_arguments(parser)
         parser.add_argument(
-            "--timeout",
-            type=float,
-            default=DEFAULT_TIMEOUT,
-            help=f"metric timeout in seconds (default 60, at most {MAX_TIMEOUT:g})",
+            "metric_file", nargs="?", metavar="METRIC", help="the metric file (defines `score`)"
         )
+        parser.add_argument(
+            "--metric", metavar="FILE", help="the metric file, as `run` names it (or METRIC)"
+        )
+        _add_program_arguments(parser)
+        _add_data_arguments(parser)
+        _add_execution_arguments(parser)
+        _add_model_arguments(parser.add_argument_group("models (skynet.llm)"))
         parser.add_argument("--json", action="store_true", help="print one JSON object instead")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Self:
         timeout = validate_timeout(args.timeout, "timeout")
-        if not Path(args.metric).is_file():
-            raise ConfigError(f"metric file {args.metric!r} does not exist")
+        program_timeout = _program_timeout(args)
+        if args.metric_file is not None and args.metric is not None:
+            raise ConfigError(
+                f"two metric files ({args.metric_file} and --metric {args.metric}): give one"
+            )
+        path = args.metric if args.metric is not None else args.metric_file
+        if path is None:
+            raise ConfigError("needs the metric file: skynet-eval check METRIC --data FILE")
+        if not Path(path).is_file():
+            raise ConfigError(f"metric file {path!r} does not exist")
+        program, artifact = _program_and_artifact(args)
         return cls(
-            metric=args.metric,
+            metric=path,
             data=DataOptions.from_args(args),
+            program=program,
+            artifact=artifact,
             timeout=timeout,
+            program_timeout=program_timeout,
+            execution=args.execution,
+            program_execution=args.program_execution,
+            serving=ServingOptions.from_args(args, _run_models(args)),
             json=args.json,
         )
 
@@ -442,14 +535,7 @@ class RunOptions:
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--metric", required=True, metavar="FILE", help="metric file (`score`)")
-        parser.add_argument(
-            "--program", metavar="FILE", help="program file (`run(artifact, input)`)"
-        )
-        artifact = parser.add_mutually_exclusive_group()
-        artifact.add_argument(
-            "--artifact", metavar="FILE", help="the candidate artifact: .json is parsed, else text"
-        )
-        artifact.add_argument("--artifact-text", metavar="TEXT", help="the artifact as text")
+        _add_program_arguments(parser)
         _add_data_arguments(parser)
         parser.add_argument("--output", metavar="FILE", help="append results here (JSON Lines)")
         parser.add_argument(
@@ -467,30 +553,14 @@ class RunOptions:
             help="also write the run's HTML report here (as `skynet-eval report` does)",
         )
         RunOptions._add_engine_arguments(parser)
-        RunOptions._add_model_arguments(parser.add_argument_group("models (skynet.llm)"))
+        _add_model_arguments(parser.add_argument_group("models (skynet.llm)"))
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
     @staticmethod
     def _add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--timeout",
-            type=float,
-            default=DEFAULT_TIMEOUT,
-            help=f"metric timeout, s (default 60, max {MAX_TIMEOUT:g})",
-        )
-        parser.add_argument(
-            "--program-timeout", type=float, help="program timeout, s (default 600)"
-        )
+        _add_execution_arguments(parser)
         parser.add_argument("--workers", type=int, help="worker threads or processes")
         parser.add_argument("--concurrency", type=int, help="examples in flight at most")
-        parser.add_argument(
-            "--execution",
-            choices=EXECUTIONS,
-            help="where the metric runs (default: the file's EXECUTION, else by its kind)",
-        )
-        parser.add_argument(
-            "--program-execution", choices=EXECUTIONS, help="where the program runs"
-        )
         parser.add_argument(
             "--ray-address",
             metavar="ADDRESS",
@@ -504,42 +574,13 @@ class RunOptions:
             "with the same files, artifact and models (shared by concurrent runs)",
         )
 
-    @staticmethod
-    def _add_model_arguments(models: Any) -> None:
-        models.add_argument("--model", help="the program model")
-        models.add_argument("--metric-model", help="the metric (judge) model")
-        models.add_argument("--reflection-model", help="the reflection model")
-        models.add_argument("--base-url", help="OpenAI-compatible base URL of --model")
-        models.add_argument("--metric-base-url", help="base URL of --metric-model")
-        models.add_argument("--reflection-base-url", help="base URL of --reflection-model")
-        models.add_argument(
-            "--api-key-env",
-            default="OPENAI_API_KEY",
-            metavar="VAR",
-            help="environment variable holding the API key (default OPENAI_API_KEY); "
-            "'none' for a server without keys",
-        )
-        models.add_argument("--rpm", type=float, help="requests per minute per model")
-        models.add_argument("--tpm", type=float, help="tokens per minute per model")
-        models.add_argument("--price-input", type=float, help="USD per 1M input tokens (override)")
-        models.add_argument(
-            "--price-output", type=float, help="USD per 1M output tokens (override)"
-        )
-        _add_simulator_argument(models)
-
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Self:
         timeout = validate_timeout(args.timeout, "timeout")
-        program_timeout = (
-            None
-            if args.program_timeout is None
-            else validate_timeout(args.program_timeout, "program_timeout", upper=None)
-        )
+        program_timeout = _program_timeout(args)
         _positive(args.workers, "workers")
         _positive(args.concurrency, "concurrency")
-        program = _file(args.program, "--program")
-        if program is None and (args.artifact is not None or args.artifact_text is not None):
-            raise ConfigError("--artifact is used by a program: add --program FILE")
+        program, artifact = _program_and_artifact(args)
         if args.force and not args.resume:
             raise ConfigError(
                 "only applies to a resume: add --resume (it keeps results made with other "
@@ -549,7 +590,6 @@ class RunOptions:
         metric = str(_file(args.metric, "--metric"))
         data = DataOptions.from_args(args)
         output, notes = _run_output(args.output, resume=args.resume)
-        artifact = _artifact(args.artifact, args.artifact_text)
         inputs = [metric, data.path, program, args.artifact]
         return cls(
             metric=metric,
@@ -753,9 +793,7 @@ class JudgesOptions:
             metavar="MODEL=IN,OUT",
             help="price override in USD per million input,output tokens (repeatable)",
         )
-        parser.add_argument(
-            "--timeout", type=float, default=DEFAULT_TIMEOUT, help="metric timeout in seconds"
-        )
+        _add_metric_timeout_argument(parser)
         _add_simulator_argument(parser)
         parser.add_argument("--output", metavar="FILE", help="write the report as JSON")
         parser.add_argument(

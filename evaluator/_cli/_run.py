@@ -8,8 +8,9 @@ file is refused; a new file gets a header with the run's fingerprints; ``--resum
 refuses a file whose results were made with other files unless ``--force``, counts each
 of the dataset's ids once (foreign ids and duplicates never), and repairs only a torn last
 line. Then the contract check on the first 3 examples end to end (exit 1 if it fails; its
-results are the run's own), then the rest, each result appended to ``--output`` as it
-arrives.
+results are the run's own; skipped, and said so, on a resume whose header says every file
+is unchanged: those files passed it), then the rest, each result appended to
+``--output`` as it arrives.
 
 Exit 0 when the run completed (whatever the examples' errors); 1 when the contract check
 failed, when the run has fewer results than examples (``check_result_count``), or when
@@ -28,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from rich.console import Console
 
@@ -38,7 +39,6 @@ from evaluator import (
     EvaluationError,
     Evaluator,
     Example,
-    Models,
     Report,
     ReportBuilder,
     Result,
@@ -57,9 +57,6 @@ from ._options import RunOptions
 from ._output import console, print_report, print_steps, reserved_stdout, write_json
 from ._progress import ModelCounts, RunProgress
 from ._serving import Serving
-
-if TYPE_CHECKING:
-    from llm_client import ModelConfig
 
 __all__ = ["CHECK_EXAMPLES", "execute"]
 
@@ -81,6 +78,9 @@ class _Plan:
     done: set[Any] = field(default_factory=set)
     builder: ReportBuilder = field(default_factory=ReportBuilder)
     kept: list[Result] | None = None
+    #: Why the contract check need not run again (a resume whose header says every
+    #: file is unchanged), or None.
+    checked_before: str | None = None
 
 
 @dataclass(slots=True)
@@ -171,6 +171,12 @@ def _results_file(options: RunOptions, plan: _Plan) -> Iterator[ResultsWriter | 
     with writer:
         _warn_all(resumed.notes)
         plan.done = resumed.done_ids
+        if resumed.results and not resumed.legacy and not resumed.forced:
+            plan.checked_before = (
+                f"contract check skipped: {path}'s header says the metric, program, "
+                f"artifact and dataset are the ones its {resumed.results:,} result(s) "
+                "were made with, and they passed it then"
+            )
         try:
             yield writer
         finally:
@@ -200,13 +206,15 @@ async def _main(
             execution=options.execution,
             program_execution=options.program_execution,
             ray_address=options.ray_address,
-            models=_models(configs, serving.simulator_url),
+            models=serving.models(configs),
             cache=options.cache,
         ) as ev,
     ):
         plan.builder.failure_score = ev.failure_score
         checked: list[Result] = []
-        if not await _check(ev, options, plan.first, out, checked):
+        if plan.checked_before is not None:
+            _say(plan.checked_before, out, options.json)
+        elif not await _check(ev, options, plan.first, out, checked):
             out.print("[red]Contract check failed[/red]: the run did not start.")
             return EXIT_FAILED
         plan.builder.restart_clock()
@@ -236,18 +244,6 @@ async def _main(
     return EXIT_OK if ending.write_error is None and page_ok else EXIT_FAILED
 
 
-def _models(configs: dict[str, ModelConfig], simulator_url: str | None) -> Models | None:
-    """The run's models; with --simulator, the simulator serves SDK calls as well."""
-    if not configs and simulator_url is None:
-        return None
-    return Models(
-        program=configs.get("program"),
-        metric=configs.get("metric"),
-        reflection=configs.get("reflection"),
-        sdk_base_url=simulator_url,
-    )
-
-
 async def _check(
     ev: Evaluator,
     options: RunOptions,
@@ -273,6 +269,14 @@ async def _check(
         if failed is not None:
             print(f"contract check failed at {failed.name}: {failed.message}", file=sys.stderr)
     return bool(report.ok)
+
+
+def _say(message: str, out: Console, json: bool) -> None:
+    """A line about the run: with the report, or on stderr when stdout is for --json."""
+    if json:
+        print(f"skynet-eval run: {message}", file=sys.stderr)
+    else:
+        out.print(message, markup=False, soft_wrap=True)
 
 
 def _todo(options: RunOptions, done: set[Any]) -> Iterator[Example]:

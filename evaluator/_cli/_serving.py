@@ -20,6 +20,7 @@ from evaluator import ConfigError
 from ._options import ModelRequest, ServingOptions
 
 if TYPE_CHECKING:
+    from evaluator import Models
     from llm_client import ModelConfig, SimulatorConfig
 
 __all__ = ["Serving"]
@@ -67,6 +68,20 @@ class Serving:
                 }
             finally:
                 self.simulator_url = None
+
+    def models(self, configs: dict[str, ModelConfig]) -> Models | None:
+        """The command's models (``configs`` as :meth:`open` yields them); with
+        --simulator, the simulator serves the program's and metric's SDK calls too."""
+        if not configs and self.simulator_url is None:
+            return None
+        from evaluator import Models
+
+        return Models(
+            program=configs.get("program"),
+            metric=configs.get("metric"),
+            reflection=configs.get("reflection"),
+            sdk_base_url=self.simulator_url,
+        )
 
 
 def _config(request: ModelRequest, key_env: str | None, options: ServingOptions) -> ModelConfig:

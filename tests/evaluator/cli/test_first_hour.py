@@ -1,0 +1,289 @@
+"""A new user's first hour (issue 26): check a judge metric, try a few rows, see what
+failed, resume. Logic runs inline; model traffic goes to the simulator on 127.0.0.1."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from evaluator._cli import main
+from evaluator._cli._main import COMMANDS, build_parser
+
+ROOT = Path(__file__).resolve().parents[3]
+JUDGES = ROOT / "examples" / "judges"
+JUDGE_METRIC = JUDGES / "metric.py"
+JUDGE_DATA = JUDGES / "data.jsonl"
+SIMULATOR = JUDGES / "simulator.json"
+ON_SIMULATOR = ("--metric-model", "judge-mini", "--simulator", str(SIMULATOR))
+INLINE = ("--execution", "inline")
+
+
+def subparsers() -> dict[str, argparse.ArgumentParser]:
+    """Each command's own parser."""
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def flags_of(parser: argparse.ArgumentParser) -> set[str]:
+    return {s for a in parser._actions for s in a.option_strings if s.startswith("--")}
+
+
+def dataset(tmp_path: Path, n: int) -> Path:
+    """The judges example's first ``n`` rows, as a file of the test's own."""
+    rows = JUDGE_DATA.read_text().splitlines()[:n]
+    path = tmp_path / "data.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+class TestCheckAJudge:
+    def test_check_calls_the_judge_on_the_simulator(
+        self, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`check` takes run's --metric-model and --simulator: the judge metric passes."""
+        argv = ["check", str(JUDGE_METRIC), "--data", str(JUDGE_DATA), *ON_SIMULATOR, *INLINE]
+        assert main([*argv, "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["ok"] is True
+        assert [s["name"] for s in report["steps"]][-2:] == ["Metric runs", "Metric return value"]
+
+    def test_without_a_model_the_hint_names_a_flag_check_has(
+        self, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Without a model, Metric runs fails saying to set --metric-model, which `check`
+        now accepts."""
+        argv = ["check", str(JUDGE_METRIC), "--data", str(JUDGE_DATA), *INLINE, "--json"]
+        assert main(argv) == 1
+        step = next(s for s in json.loads(capsys.readouterr().out)["steps"] if not s["ok"])
+        assert step["name"] == "Metric runs" and "--metric-model" in step["message"]
+        assert "--metric-model" in flags_of(subparsers()["check"])
+
+    def test_check_and_run_share_the_model_options(self) -> None:
+        """Every model, simulator and price flag of `run` is on `check`, with the same
+        help and default (one definition)."""
+        subs = subparsers()
+        run = {a.dest: a for a in subs["run"]._actions}
+        check = {a.dest: a for a in subs["check"]._actions}
+        shared = [
+            "model",
+            "metric_model",
+            "reflection_model",
+            "base_url",
+            "metric_base_url",
+            "reflection_base_url",
+            "api_key_env",
+            "rpm",
+            "tpm",
+            "price_input",
+            "price_output",
+            "simulator",
+            "timeout",
+            "program_timeout",
+            "execution",
+            "program_execution",
+            "program",
+            "artifact",
+            "artifact_text",
+        ]
+        for dest in shared:
+            a, b = run[dest], check[dest]
+            assert (a.option_strings, a.help, a.default) == (b.option_strings, b.help, b.default)
+
+    def test_check_takes_metric_as_run_spells_it(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """`check --metric FILE` works as `run --metric FILE` does."""
+        argv = ["check", "--metric", str(JUDGE_METRIC), "--data", str(JUDGE_DATA)]
+        assert main([*argv, *ON_SIMULATOR, *INLINE]) == 0
+        assert "Contract check passed" in capsys.readouterr().out
+
+    def test_a_missing_key_is_named_before_the_check(
+        self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A judge model without its key is a usage error naming --api-key-env."""
+        monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
+        argv = ["check", str(JUDGE_METRIC), "--data", str(JUDGE_DATA), "--metric-model", "m"]
+        assert main([*argv, "--api-key-env", "NO_SUCH_KEY_VAR"]) == 2
+        assert "NO_SUCH_KEY_VAR" in capsys.readouterr().err
+
+
+class TestResumeSkipsTheCheck:
+    def test_unchanged_files_skip_the_check_and_say_so(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A resume whose header matches skips the 3-example check and says why; its
+        results are whole (every example once)."""
+        data = dataset(tmp_path, 6)
+        out = tmp_path / "results.jsonl"
+        argv = ["run", "--metric", str(JUDGE_METRIC), "--data", str(data), "--output", str(out)]
+        argv += [*ON_SIMULATOR, *INLINE]
+        assert main(argv) == 0
+        lines = out.read_text().splitlines()
+        out.write_text("\n".join(lines[:4]) + "\n")  # the header and 3 results: stopped early
+        capsys.readouterr()
+        assert main([*argv, "--resume"]) == 0
+        printed = capsys.readouterr().out
+        assert "contract check skipped" in printed and "✓ Metric runs" not in printed
+        ids = [json.loads(line)["example_id"] for line in out.read_text().splitlines()[1:]]
+        assert sorted(ids) == sorted(json.loads(r)["id"] for r in data.read_text().splitlines())
+
+    def test_a_forced_resume_checks_again(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """When the metric changed (--force), the check runs again."""
+        data = dataset(tmp_path, 4)
+        metric = tmp_path / "metric.py"
+        shutil.copy(JUDGE_METRIC, metric)
+        out = tmp_path / "results.jsonl"
+        argv = ["run", "--metric", str(metric), "--data", str(data), "--output", str(out)]
+        argv += [*ON_SIMULATOR, *INLINE]
+        assert main(argv) == 0
+        out.write_text("\n".join(out.read_text().splitlines()[:2]) + "\n")
+        metric.write_text(metric.read_text() + "\n# edited\n")
+        capsys.readouterr()
+        assert main([*argv, "--resume", "--force"]) == 0
+        printed = capsys.readouterr().out
+        assert "contract check skipped" not in printed and "✓ Metric runs" in printed
+
+
+# -- every flag a hint names is a flag of the command that prints it ---------------------
+
+_COMMAND_NAMES = tuple(c.name for c in COMMANDS)
+_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+_CLI = ROOT / "evaluator" / "_cli"
+#: The modules whose messages reach a user of the command line, by the commands that can
+#: print them. `_options.py` is read apart: each struct's own flags and checks.
+_PRINTERS = {
+    _CLI / "_main.py": _COMMAND_NAMES,
+    _CLI / "_check.py": ("check",),
+    _CLI / "_run.py": ("run",),
+    _CLI / "_judges.py": ("judges",),
+    _CLI / "_report.py": ("report",),
+    _CLI / "_cache.py": ("cache",),
+    _CLI / "_simulator.py": ("simulator",),
+    _CLI / "_serving.py": ("run", "check"),
+    ROOT / "evaluator" / "_models.py": ("run", "check"),
+    ROOT / "evaluator" / "_dataset.py": ("run", "check", "judges", "report"),
+    ROOT / "evaluator" / "_store.py": ("run",),
+    ROOT / "evaluator" / "_plot.py": ("judges",),
+    ROOT / "evaluator" / "_report_html" / "_command.py": ("report",),
+    ROOT / "evaluator" / "_report_html" / "_load.py": ("report",),
+    **{path: ("judges",) for path in (ROOT / "evaluator" / "_judges").glob("*.py")},
+}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                ids.add(id(body[0].value))
+    return ids
+
+
+def _texts(node: ast.AST, skip: set[int]) -> list[str]:
+    """The text of every string in ``node`` (an f-string's literal parts joined)."""
+    out = []
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.JoinedStr):
+            out.append("".join(v.value for v in sub.values if isinstance(v, ast.Constant)))
+        elif isinstance(sub, ast.Constant) and isinstance(sub.value, str) and id(sub) not in skip:
+            out.append(sub.value)
+    return out
+
+
+def _options_texts() -> dict[str, list[str]]:
+    """`_options.py`'s strings by the commands that can print them: a struct's methods,
+    and every module function they call, however deep."""
+    tree = ast.parse((_CLI / "_options.py").read_text())
+    skip = _docstrings(tree)
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    by_struct = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    texts: dict[str, list[str]] = {}
+    for command in COMMANDS:
+        struct = by_struct.get(command.options.__name__)
+        if struct is None:  # defined elsewhere (report): read with its module
+            continue
+        seen: set[str] = set()
+        todo: list[ast.AST] = [struct]
+        found: list[str] = []
+        while todo:
+            node = todo.pop()
+            found += _texts(node, skip)
+            for call in ast.walk(node):
+                if isinstance(call, ast.Call) and isinstance(call.func, ast.Name):
+                    name = call.func.id
+                    if name in functions and name not in seen:
+                        seen.add(name)
+                        todo.append(functions[name])
+        texts[command.name] = found
+    return texts
+
+
+_QUOTED = re.compile(r"`([^`]*)`")
+_QUOTED_COMMAND = re.compile(r"(?:skynet-eval )?(\S+)")
+
+
+def _unknown(text: str, printers: tuple[str, ...], flags: dict[str, set[str]]) -> list[str]:
+    """The flags ``text`` names that a command lacks. A flag quoted with its command
+    (`` `run --cache DIR` ``, `` `ray start --head` ``) is that command's (another
+    program's: not checked); any other, every printer's."""
+    owned: list[tuple[str, tuple[str, ...]]] = []
+    for quoted in _QUOTED.findall(text):
+        word = _QUOTED_COMMAND.match(quoted)
+        if word is not None and not word.group(1).startswith("--"):
+            command = word.group(1)
+            mine = (command,) if command in _COMMAND_NAMES else ()
+            owned += [(flag, mine) for flag in _FLAG.findall(quoted)]
+            text = text.replace(f"`{quoted}`", "")
+    owned += [(flag, printers) for flag in _FLAG.findall(text)]
+    return [
+        f"{command}: {flag}"
+        for flag, commands in owned
+        for command in commands
+        if flag not in flags[command] and flag != "--help"
+    ]
+
+
+class TestHintsNameFlagsTheCommandHas:
+    def test_every_flag_named_exists_on_its_command(self) -> None:
+        """Each `--flag` in a message or help text exists on every command that can
+        print it (one quoted with its command, on that command)."""
+        flags = {name: flags_of(parser) for name, parser in subparsers().items()}
+        wrong: list[str] = []
+        for command, texts in _options_texts().items():
+            for text in texts:
+                wrong += _unknown(text, (command,), flags)
+        for path, printers in _PRINTERS.items():
+            tree = ast.parse(path.read_text())
+            for text in _texts(tree, _docstrings(tree)):
+                wrong += _unknown(text, printers, flags)
+        assert wrong == []
+
+    def test_the_check_can_fail(self) -> None:
+        """The check above reports a flag a command lacks (judges has no --price-input)."""
+        flags = {name: flags_of(parser) for name, parser in subparsers().items()}
+        assert _unknown("set --price-input/--price-output", ("judges",), flags) == [
+            "judges: --price-input",
+            "judges: --price-output",
+        ]
+        assert _unknown("as `skynet-eval run --output` wrote", ("report",), flags) == []
+        assert _unknown("as `run --plot` wrote", ("report",), flags) == ["run: --plot"]
+
+
+class TestUsage:
+    @pytest.mark.parametrize("command", ["check", "run", "judges"])
+    def test_an_unknown_flag_prints_the_subcommands_usage(
+        self, command: str, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """An unknown flag on a subcommand: exit 2 and that subcommand's usage line."""
+        assert main([command, "--metric", "m.py", "--data", "d.jsonl", "--no-such-flag"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"usage: skynet-eval {command} ")
+        assert "unrecognized arguments: --no-such-flag" in err
