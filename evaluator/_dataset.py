@@ -11,20 +11,27 @@ with ``null`` or ``""``) gets its 0-based position. Ids are unique in a file; wh
 position meets an explicit id, the message names both rows and says to give every row an
 id. How files are read (encodings, byte-order marks, NaN, nesting) is
 :mod:`evaluator._datafile`'s.
+
+A :class:`Selection` picks some of a dataset's examples to try first: the first N, N
+drawn at random with a seed, or those with given ids; always in the dataset's order, and
+recorded in a results file's header so that a resume knows what was chosen.
 """
 
 from __future__ import annotations
 
+import difflib
+import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from ._datafile import csv_rows, json_rows, jsonl_rows
-from ._exceptions import DatasetError
+from ._exceptions import ConfigError, DatasetError
 
-__all__ = ["NO_OUTPUT", "Example", "examples_from_rows", "load_examples"]
+__all__ = ["NO_OUTPUT", "Example", "Selection", "examples_from_rows", "load_examples"]
 
 NO_OUTPUT: Any = msgspec.UNSET
 
@@ -259,3 +266,62 @@ def _load(
         except _Duplicate as exc:
             raise DatasetError(where, line, str(exc)) from None
         yield example
+
+
+class Selection(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=False):
+    """Which of a dataset's examples a run takes: the first ``limit``, ``sample`` drawn
+    with ``seed`` (the same seed, the same examples), or those whose id is in ``ids``
+    (ids as text: ``2`` matches the integer id 2). At most one of the three."""
+
+    limit: int | None = None
+    sample: int | None = None
+    seed: int | None = None
+    ids: list[str] | None = None
+
+    def describe(self) -> str:
+        """The selection in words, for a note."""
+        if self.limit is not None:
+            return f"the first {self.limit:,} examples"
+        if self.sample is not None:
+            return f"{self.sample:,} examples drawn with seed {self.seed or 0}"
+        if self.ids is not None:
+            shown = ",".join(self.ids[:5]) + (",..." if len(self.ids) > 5 else "")
+            return f"{len(self.ids):,} examples by id ({shown})"
+        return "every example"
+
+    def select(self, examples: Callable[[], Iterator[Example]]) -> Iterator[Example]:
+        """The chosen examples, in the dataset's order; ``examples`` reads the dataset
+        afresh at each call (a sample reads it twice: to count, then to take)."""
+        if self.limit is not None:
+            return islice(examples(), self.limit)
+        if self.sample is not None:
+            total = sum(1 for _ in examples())
+            chosen = set(
+                random.Random(self.seed or 0).sample(range(total), min(self.sample, total))
+            )
+            return (ex for i, ex in enumerate(examples()) if i in chosen)
+        if self.ids is not None:
+            return iter(self._by_id(examples()))
+        return examples()
+
+    def _by_id(self, examples: Iterator[Example]) -> list[Example]:
+        wanted = dict.fromkeys(self.ids or ())
+        found: list[Example] = []
+        seen: list[str] = []
+        for example in examples:
+            key = str(example.id)
+            seen.append(key)
+            if key in wanted:
+                found.append(example)
+                wanted.pop(key)
+        if wanted:
+            missing = list(wanted)
+            close = [m for m in (difflib.get_close_matches(k, seen, n=1) for k in missing) if m]
+            hint = f" (did you mean {', '.join(repr(m[0]) for m in close)}?)" if close else ""
+            raise ConfigError(
+                f"names ids no example has: {', '.join(map(repr, missing))}{hint}; the "
+                f"dataset's ids begin {', '.join(map(repr, seen[:5]))}",
+                option="ids",
+                value=self.ids,
+            )
+        return found

@@ -23,6 +23,8 @@ from typing import Any
 
 import msgspec
 
+from ._dataset import Selection
+
 __all__ = [
     "FORMAT_VERSION",
     "HEADER_KEY",
@@ -48,12 +50,14 @@ class FilePrint(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
 
 
 class DatasetPrint(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
-    """The dataset file, and the columns that decide how its rows are read."""
+    """The dataset file, the columns that decide how its rows are read, and which of its
+    examples the run takes (``None``: all)."""
 
     path: str
     sha256: str
     input_cols: list[str] | None = None
     output_cols: list[str] | None = None
+    selection: Selection | None = None
 
 
 class ArtifactPrint(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
@@ -146,6 +150,7 @@ def fingerprint_run(
     artifact_path: str | Path | None = None,
     input_cols: Sequence[str] | None = None,
     output_cols: Sequence[str] | None = None,
+    selection: Selection | None = None,
 ) -> Fingerprints:
     """The fingerprints of a run: reads each file once (SHA-256 at disk speed).
 
@@ -160,6 +165,7 @@ def fingerprint_run(
             _file_sha256(p),
             list(input_cols) if input_cols else None,
             list(output_cols) if output_cols else None,
+            selection if selection != Selection() else None,
         )
     art = None
     if artifact is not None or artifact_path is not None:
@@ -179,6 +185,10 @@ def _label(name: str, part: Any) -> str:
     where = getattr(part, "path", None)
     digest = part.sha256[:12]
     return f"{where} (sha256 {digest}...)" if where else f"sha256 {digest}..."
+
+
+def _selected(part: DatasetPrint) -> str:
+    return (part.selection or Selection()).describe()
 
 
 def compare(then: Fingerprints, now: Fingerprints) -> tuple[list[str], list[str]]:
@@ -208,6 +218,17 @@ def compare(then: Fingerprints, now: Fingerprints) -> tuple[list[str], list[str]
                     f"{new.output_cols} now"
                 )
                 continue
+        if (
+            isinstance(old, DatasetPrint)
+            and isinstance(new, DatasetPrint)
+            and old.selection != new.selection
+        ):
+            # Which examples, not how each is computed: the results of examples in both
+            # selections stand; the others run (or are left out).
+            moves.append(
+                f"the selection changed: {_selected(old)} then, {_selected(new)} now; "
+                "the results of examples in this selection are kept and the rest of it runs"
+            )
         old_path, new_path = getattr(old, "path", None), getattr(new, "path", None)
         if old_path != new_path and old_path is not None and new_path is not None:
             moves.append(f"{label} is now {new_path} (it was {old_path}), with the same content")

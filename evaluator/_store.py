@@ -345,6 +345,8 @@ def _check_prints(
         if changes and not force:
             raise ResumeMismatch(writer.path, changes, info.counted)
         resumed.forced.extend(changes)
+        if _selection(header.fingerprints) != _selection(prints):
+            note = "appended by a resume with another selection of the dataset's examples"
     if resumed.forced:
         notes.append(
             f"resuming anyway (forced): kept {info.counted} result(s) made with other "
@@ -356,6 +358,10 @@ def _check_prints(
         writer._header = None  # the file's header already describes this run
     else:
         writer._header = msgspec.structs.replace(writer._header, note=note)
+
+
+def _selection(prints: Fingerprints) -> Any:
+    return None if prints.dataset is None else prints.dataset.selection
 
 
 def _repair(writer: ResultsWriter, info: ResultsScan, notes: list[str] | None = None) -> None:
@@ -380,8 +386,8 @@ def _repair(writer: ResultsWriter, info: ResultsScan, notes: list[str] | None = 
 def _count_notes(info: ResultsScan, dataset_ids: Collection[Any] | None, notes: list[str]) -> None:
     if info.foreign:
         notes.append(
-            f"ignored {info.foreign} result line(s) for ids that are not in the dataset "
-            "(left in the file, not counted)"
+            f"ignored {info.foreign} result line(s) for ids that are not in the dataset, "
+            "or not in this run's selection of it (left in the file, not counted)"
         )
     if info.duplicates:
         notes.append(

@@ -27,6 +27,7 @@ from evaluator._options import MAX_TIMEOUT, validate_ray_address, validate_timeo
 
 if TYPE_CHECKING:
     from evaluator import Example
+    from evaluator._dataset import Selection
     from evaluator._judges import JudgeSpec
     from llm_client import SimulatorConfig
 
@@ -244,6 +245,25 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="COLS",
         help="flat rows: the expected-output column(s); `expected` is keyed by these names",
     )
+    few = parser.add_argument_group("try a few examples first (one of)")
+    which = few.add_mutually_exclusive_group()
+    which.add_argument("--limit", type=int, metavar="N", help="only the first N examples")
+    which.add_argument(
+        "--sample", type=int, metavar="N", help="N examples drawn at random (see --seed)"
+    )
+    which.add_argument(
+        "--ids",
+        type=columns,
+        action="extend",
+        metavar="IDS",
+        help="only the examples with these ids, comma separated or repeated",
+    )
+    few.add_argument(
+        "--seed",
+        type=int,
+        metavar="S",
+        help="the seed of --sample (default 0): same seed, same rows",
+    )
 
 
 def _add_metric_timeout_argument(parser: Any) -> None:
@@ -332,6 +352,7 @@ class DataOptions:
     path: str
     input_cols: tuple[str, ...] | None = None
     output_cols: tuple[str, ...] | None = None
+    selection: Selection | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> DataOptions:
@@ -342,13 +363,39 @@ class DataOptions:
             path=args.data,
             input_cols=tuple(args.input_cols) if args.input_cols else None,
             output_cols=tuple(args.output_cols) if args.output_cols else None,
+            selection=_selection(args),
         )
 
     def examples(self) -> Iterator[Example]:
-        """The dataset's examples, read as they are consumed."""
+        """The dataset's examples (those of the selection), read as they are consumed."""
         from evaluator import load_examples
 
-        return load_examples(self.path, input_cols=self.input_cols, output_cols=self.output_cols)
+        def every() -> Iterator[Example]:
+            return load_examples(
+                self.path, input_cols=self.input_cols, output_cols=self.output_cols
+            )
+
+        return every() if self.selection is None else self.selection.select(every)
+
+
+def _selection(args: argparse.Namespace) -> Selection | None:
+    """``--limit``, ``--sample``/``--seed`` or ``--ids``; None for every example."""
+    from evaluator._dataset import Selection
+
+    if args.seed is not None and args.sample is None:
+        raise ConfigError("is the seed of --sample: add --sample N", option="seed")
+    for dest in ("limit", "sample"):
+        value = getattr(args, dest)
+        if value is not None and value < 1:
+            raise ConfigError(f"must be 1 or more, got {value}", option=dest, value=value)
+    if args.limit is None and args.sample is None and not args.ids:
+        return None
+    return Selection(
+        limit=args.limit,
+        sample=args.sample,
+        seed=None if args.sample is None else (args.seed or 0),
+        ids=list(dict.fromkeys(args.ids)) if args.ids else None,
+    )
 
 
 @dataclass(frozen=True, slots=True)

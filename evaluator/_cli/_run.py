@@ -159,6 +159,7 @@ def _results_file(options: RunOptions, plan: _Plan) -> Iterator[ResultsWriter | 
         artifact_path=options.artifact_path,
         input_cols=options.data.input_cols,
         output_cols=options.data.output_cols,
+        selection=options.data.selection,
     )
     writer, resumed = open_results(
         path,

@@ -287,3 +287,123 @@ class TestUsage:
         err = capsys.readouterr().err
         assert err.startswith(f"usage: skynet-eval {command} ")
         assert "unrecognized arguments: --no-such-flag" in err
+
+
+def results_ids(path: Path) -> list[object]:
+    """The example ids of a results file's result lines, in file order."""
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return [row["example_id"] for row in rows if "example_id" in row]
+
+
+def headers(path: Path) -> list[dict[str, object]]:
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return [row for row in rows if "skynet_eval_results" in row]
+
+
+class TestTryAFewRows:
+    def run_argv(self, data: Path, out: Path, *extra: str) -> list[str]:
+        return [
+            "run",
+            "--metric",
+            str(JUDGE_METRIC),
+            "--data",
+            str(data),
+            "--output",
+            str(out),
+            *ON_SIMULATOR,
+            *INLINE,
+            *extra,
+        ]
+
+    def test_limit_runs_the_first_rows_and_the_header_says_so(self, tmp_path: Path) -> None:
+        """--limit 3 runs the dataset's first 3 examples; the header records it."""
+        out = tmp_path / "r.jsonl"
+        assert main(self.run_argv(JUDGE_DATA, out, "--limit", "3")) == 0
+        assert results_ids(out) == ["cap01", "cap02", "cap03"]
+        dataset_print = headers(out)[0]["dataset"]
+        assert isinstance(dataset_print, dict) and dataset_print["selection"] == {"limit": 3}
+
+    def test_a_sample_is_the_same_for_the_same_seed(self, tmp_path: Path) -> None:
+        """--sample 4 --seed 5 picks the same 4 examples twice, in the dataset's order;
+        another seed picks others."""
+        picks = []
+        for name, seed in (("a", "5"), ("b", "5"), ("c", "6")):
+            out = tmp_path / f"{name}.jsonl"
+            assert main(self.run_argv(JUDGE_DATA, out, "--sample", "4", "--seed", seed)) == 0
+            picks.append(results_ids(out))
+        everything = [json.loads(r)["id"] for r in JUDGE_DATA.read_text().splitlines()]
+        assert picks[0] == picks[1] and len(picks[0]) == 4 and picks[0] != picks[2]
+        assert picks[0] == [i for i in everything if i in picks[0]]
+
+    def test_ids_pick_those_examples(self, tmp_path: Path) -> None:
+        """--ids b,a runs exactly those examples."""
+        out = tmp_path / "r.jsonl"
+        assert main(self.run_argv(JUDGE_DATA, out, "--ids", "cap04,cap02")) == 0
+        assert sorted(results_ids(out)) == ["cap02", "cap04"]  # type: ignore[type-var]
+
+    def test_a_misspelt_id_is_named_with_a_guess(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """An id no example has: exit 2, the id named, a close id suggested."""
+        out = tmp_path / "r.jsonl"
+        assert main(self.run_argv(JUDGE_DATA, out, "--ids", "cap01,cpa02")) == 2
+        err = capsys.readouterr().err
+        assert "--ids names ids no example has: 'cpa02'" in err and "'cap02'" in err
+        assert not out.exists()
+
+    def test_seed_without_sample_is_a_usage_error(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """--seed alone says it belongs to --sample."""
+        argv = ["check", str(JUDGE_METRIC), "--data", str(JUDGE_DATA), "--seed", "3"]
+        assert main(argv) == 2
+        assert "--seed is the seed of --sample: add --sample N" in capsys.readouterr().err
+
+    def test_resume_with_another_selection_keeps_the_overlap(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Resuming --limit 3 without a limit keeps the 3, runs the rest, says the
+        selection changed and appends a header recording the new one."""
+        out = tmp_path / "r.jsonl"
+        assert main(self.run_argv(JUDGE_DATA, out, "--limit", "3")) == 0
+        capsys.readouterr()
+        assert main([*self.run_argv(JUDGE_DATA, out), "--resume"]) == 0
+        err = capsys.readouterr().err
+        assert "the selection changed: the first 3 examples then, every example now" in err
+        everything = [json.loads(r)["id"] for r in JUDGE_DATA.read_text().splitlines()]
+        assert sorted(results_ids(out)) == sorted(everything)  # type: ignore[type-var]
+        last = headers(out)[-1]
+        assert len(headers(out)) == 2 and "another selection" in str(last["note"])
+        assert isinstance(last["dataset"], dict) and last["dataset"]["selection"] is None
+
+    def test_the_cache_serves_a_tried_row_to_the_full_run(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A --limit 2 run with --cache, then the whole dataset: the 2 come from the cache."""
+        cache = tmp_path / "cache"
+        first = self.run_argv(JUDGE_DATA, tmp_path / "a.jsonl", "--limit", "2")
+        assert main([*first, "--cache", str(cache), "--json"]) == 0
+        capsys.readouterr()
+        assert (
+            main(
+                [*self.run_argv(JUDGE_DATA, tmp_path / "b.jsonl"), "--cache", str(cache), "--json"]
+            )
+            == 0
+        )
+        report = json.loads(capsys.readouterr().out)
+        n = len(JUDGE_DATA.read_text().splitlines())
+        assert report["n"] == n and report["cache"]["cached"] == 2
+
+    @pytest.mark.parametrize("command", ["check", "judges"])
+    def test_check_and_judges_take_the_selection(
+        self, command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`check --ids` checks those examples; `judges --limit 2` judges 2."""
+        if command == "check":
+            argv = ["check", str(JUDGE_METRIC), "--data", str(JUDGE_DATA), "--ids", "cap05"]
+            assert main([*argv, *ON_SIMULATOR, *INLINE, "--json"]) == 0
+            assert json.loads(capsys.readouterr().out)["ok"] is True
+            return
+        out = tmp_path / "judges.json"
+        argv = ["judges", "--metric", str(JUDGE_METRIC), "--data", str(JUDGE_DATA)]
+        argv += ["--models", "judge-mini", "--simulator", str(SIMULATOR), "--limit", "2"]
+        assert main([*argv, "--output", str(out)]) == 0
+        assert json.loads(out.read_text())["examples"] == 2
