@@ -8,8 +8,10 @@ path beside it for the messages: a file that moved but kept its content is the s
 file; a file edited in place is not.
 
 The header is one JSON object whose first key is ``"skynet_eval_results"`` (the format's
-version, 1). Readers (``--resume``, ``skynet-eval report``) know a header by that key: a
-line whose object has it is a header, never a result.
+version, 1). A run that wrote results appends one more when it stops, with ``ended``
+(its wall time and throughput), so that ``report`` can show them. Readers (``--resume``,
+``skynet-eval report``) know a header by that key: a line whose object has it is a
+header, never a result.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ __all__ = [
     "FilePrint",
     "Fingerprints",
     "ResultsHeader",
+    "RunEnd",
     "compare",
     "fingerprint_run",
 ]
@@ -77,12 +80,24 @@ class Fingerprints(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     artifact: ArtifactPrint | None = None
 
 
+class RunEnd(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
+    """How one run (or one resume) that wrote results ended: its wall time, how many
+    results it wrote, and their rate (``None``: too short to tell)."""
+
+    wall_s: float
+    examples: int
+    throughput: float | None = None
+    interrupted: bool = False
+
+
 class ResultsHeader(msgspec.Struct, frozen=True, forbid_unknown_fields=False, omit_defaults=True):
     """The header line of a results file. Field order is line order: the key
     ``skynet_eval_results`` comes first.
 
     ``note`` says why a header was appended later in the file (a resume that went on
     with other files under ``force``); the last header describes the lines after it.
+    ``ended`` marks the line a run appends when it stops: the same files, and its
+    wall time and throughput (results made under the header before it).
     """
 
     skynet_eval_results: int
@@ -92,9 +107,12 @@ class ResultsHeader(msgspec.Struct, frozen=True, forbid_unknown_fields=False, om
     program: FilePrint | None = None
     artifact: ArtifactPrint | None = None
     note: str | None = None
+    ended: RunEnd | None = None
 
     @classmethod
-    def new(cls, prints: Fingerprints, note: str | None = None) -> ResultsHeader:
+    def new(
+        cls, prints: Fingerprints, note: str | None = None, ended: RunEnd | None = None
+    ) -> ResultsHeader:
         """A header for a run evaluating ``prints``, created now (UTC)."""
         created = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
         return cls(
@@ -105,6 +123,7 @@ class ResultsHeader(msgspec.Struct, frozen=True, forbid_unknown_fields=False, om
             prints.program,
             prints.artifact,
             note,
+            ended,
         )
 
     @property

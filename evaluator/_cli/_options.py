@@ -16,7 +16,9 @@ imported, only inside ``from_args``.
 from __future__ import annotations
 
 import argparse
+import datetime
 import math
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -564,6 +566,8 @@ class RunOptions:
     artifact: Any = None
     artifact_path: str | None = None
     output: str | None = None
+    """The results file: --output, else a new one under runs/ (None only for a
+    struct made by hand)."""
     output_notes: tuple[str, ...] = ()
     resume: bool = False
     force: bool = False
@@ -584,7 +588,11 @@ class RunOptions:
         parser.add_argument("--metric", required=True, metavar="FILE", help="metric file (`score`)")
         _add_program_arguments(parser)
         _add_data_arguments(parser)
-        parser.add_argument("--output", metavar="FILE", help="append results here (JSON Lines)")
+        parser.add_argument(
+            "--output",
+            metavar="FILE",
+            help="append results here (JSON Lines; default: a new file under runs/)",
+        )
         parser.add_argument(
             "--resume", action="store_true", help="skip the examples already in --output"
         )
@@ -636,7 +644,7 @@ class RunOptions:
             )
         metric = str(_file(args.metric, "--metric"))
         data = DataOptions.from_args(args)
-        output, notes = _run_output(args.output, resume=args.resume)
+        output, notes = _run_output(args.output, resume=args.resume, metric=metric)
         inputs = [metric, data.path, program, args.artifact]
         return cls(
             metric=metric,
@@ -670,19 +678,47 @@ def _cache_directory(path: str | None) -> str | None:
     return str(check_directory(path))
 
 
-def _run_output(path: str | None, *, resume: bool) -> tuple[str | None, tuple[str, ...]]:
-    """``--output`` and the warnings its check gave (low free space, say).
+#: Where a run without --output keeps its results (relative: to the working folder).
+RUNS_DIR_ENV = "SKYNET_EVAL_RUNS_DIR"
+DEFAULT_RUNS_DIR = "runs"
+
+
+def default_output(metric: str, now: datetime.datetime | None = None) -> str:
+    """``runs/<UTC time>-<metric's stem>.jsonl`` (the folder: $SKYNET_EVAL_RUNS_DIR, else
+    ``runs``); a name already taken gets ``-2``, ``-3``..."""
+    folder = Path(os.environ.get(RUNS_DIR_ENV) or DEFAULT_RUNS_DIR)
+    stamp = (now or datetime.datetime.now(datetime.UTC)).strftime("%Y%m%dT%H%M%SZ")
+    stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in Path(metric).stem)
+    path = folder / f"{stamp}-{stem}.jsonl"
+    n = 1
+    while path.exists():
+        n += 1
+        path = folder / f"{stamp}-{stem}-{n}.jsonl"
+    return str(path)
+
+
+def _run_output(path: str | None, *, resume: bool, metric: str) -> tuple[str, tuple[str, ...]]:
+    """``--output`` (without it, a new file under ``runs/``: every run keeps its results)
+    and the warnings its check gave (low free space, say).
 
     Checked here, before the dataset is read and the contract check runs, so a path that
     cannot be written fails in a second: what is in the file (results to resume, another
     run's lock, a dataset) is looked at when the run opens it, with the dataset's ids.
     """
+    from evaluator._exceptions import OutputPathError
+    from evaluator._outpath import check_output_path
+
     if path is None:
         if resume:
             raise ConfigError("needs --output FILE (the results to go on from)", option="resume")
-        return None, ()
-    from evaluator._outpath import check_output_path
-
+        path = default_output(metric)
+        try:
+            return path, check_output_path(path).notes
+        except OutputPathError as exc:
+            raise ConfigError(
+                f"a run without --output keeps its results in {path}, but {exc.detail}; "
+                f"give --output FILE (or set {RUNS_DIR_ENV} to another folder)"
+            ) from None
     return path, check_output_path(path).notes
 
 

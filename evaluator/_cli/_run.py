@@ -49,6 +49,7 @@ from evaluator import (
     open_results,
 )
 from evaluator._executors._base import fit_workers
+from evaluator._fingerprint import RunEnd
 from evaluator._pipeline._assembly import check_result_count
 
 from . import _loop
@@ -226,6 +227,15 @@ async def _main(
         ending = await _evaluate(ev, options, plan, writer, checked)
         interrupted = ending.cancelled is not None
         report = ev.build_report(plan.builder)
+        if writer is not None and not writer.finish(
+            RunEnd(
+                wall_s=report.wall_s,
+                examples=report.n - report.resumed,
+                throughput=report.throughput,
+                interrupted=interrupted,
+            )
+        ):
+            _warn(f"{writer.path}: the run's wall time could not be recorded (the results stand)")
         if options.json:
             write_json(stream, report)
         else:

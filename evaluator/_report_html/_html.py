@@ -198,7 +198,12 @@ def headline(s: RunSummary) -> str:
         cards.append(_card("wall", "wall time", f"{s.wall_s:,.2f} s", raw=s.wall_s))
     else:
         cards.append(
-            _card("wall", "wall time", "not recorded", "a results file does not record it")
+            _card(
+                "wall",
+                "wall time",
+                "not recorded",
+                "this results file was written before runs recorded their time",
+            )
         )
     if s.throughput is not None:
         cards.append(

@@ -43,6 +43,18 @@ def dataset(tmp_path: Path, n: int) -> Path:
     return path
 
 
+def results_ids(path: Path) -> list[object]:
+    """The example ids of a results file's result lines, in file order."""
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return [row["example_id"] for row in rows if "example_id" in row]
+
+
+def headers(path: Path) -> list[dict[str, object]]:
+    """The header lines, but for the lines that record how a run ended."""
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return [row for row in rows if "skynet_eval_results" in row and "ended" not in row]
+
+
 class TestCheckAJudge:
     def test_check_calls_the_judge_on_the_simulator(
         self, capsys: pytest.CaptureFixture[str]
@@ -129,7 +141,7 @@ class TestResumeSkipsTheCheck:
         assert main([*argv, "--resume"]) == 0
         printed = capsys.readouterr().out
         assert "contract check skipped" in printed and "✓ Metric runs" not in printed
-        ids = [json.loads(line)["example_id"] for line in out.read_text().splitlines()[1:]]
+        ids = results_ids(out)
         assert sorted(ids) == sorted(json.loads(r)["id"] for r in data.read_text().splitlines())
 
     def test_a_forced_resume_checks_again(
@@ -289,17 +301,6 @@ class TestUsage:
         assert "unrecognized arguments: --no-such-flag" in err
 
 
-def results_ids(path: Path) -> list[object]:
-    """The example ids of a results file's result lines, in file order."""
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    return [row["example_id"] for row in rows if "example_id" in row]
-
-
-def headers(path: Path) -> list[dict[str, object]]:
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    return [row for row in rows if "skynet_eval_results" in row]
-
-
 class TestTryAFewRows:
     def run_argv(self, data: Path, out: Path, *extra: str) -> list[str]:
         return [
@@ -407,3 +408,114 @@ class TestTryAFewRows:
         argv += ["--models", "judge-mini", "--simulator", str(SIMULATOR), "--limit", "2"]
         assert main([*argv, "--output", str(out)]) == 0
         assert json.loads(out.read_text())["examples"] == 2
+
+
+FAILING_METRIC = """
+def score(input, output, expected=None):
+    if input["x"] % 3 == 0:
+        raise ValueError(f"no multiples of three: {input['x']}")
+    return 1.0, {"feedback": "ok"}
+"""
+
+
+def failing_run(tmp_path: Path, n: int = 20) -> tuple[Path, Path]:
+    """A metric that fails on every x divisible by 3 (but the first three rows pass
+    the check), and a dataset of x = 1..n but 3: ``n - 1`` rows."""
+    metric = tmp_path / "picky.py"
+    metric.write_text(FAILING_METRIC)
+    data = tmp_path / "rows.jsonl"
+    rows = [{"id": f"r{x}", "input": {"x": x}, "output": "a"} for x in (1, 2, 4, *range(5, n + 1))]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return metric, data
+
+
+class TestSomethingToLookAt:
+    def test_a_run_without_output_keeps_its_results_under_runs(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """No --output: the results go to runs/<UTC time>-<metric>.jsonl in the working
+        folder, and the path is printed at the end."""
+        metric, data = failing_run(tmp_path, 8)
+        monkeypatch.delenv("SKYNET_EVAL_RUNS_DIR")
+        monkeypatch.chdir(tmp_path)
+        assert main(["run", "--metric", str(metric), "--data", str(data), *INLINE]) == 0
+        kept = list((tmp_path / "runs").glob("*-picky.jsonl"))
+        assert len(kept) == 1 and re.fullmatch(r"\d{8}T\d{6}Z-picky\.jsonl", kept[0].name)
+        printed = capsys.readouterr().out
+        assert printed.rstrip().endswith(f"results: {Path('runs') / kept[0].name}")
+        assert len(results_ids(kept[0])) == 7
+
+    def test_the_repository_ignores_runs(self) -> None:
+        """The checkout's .gitignore keeps runs/ out of version control."""
+        assert "/runs/" in (ROOT / ".gitignore").read_text().splitlines()
+
+    def test_the_report_lists_the_first_failures(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The run's terminal report names the first failures (id, kind, message) and
+        the command that lists all of them."""
+        metric, data = failing_run(tmp_path, 30)
+        out = tmp_path / "r.jsonl"
+        argv = ["run", "--metric", str(metric), "--data", str(data), "--output", str(out)]
+        assert main([*argv, *INLINE]) == 0
+        printed = capsys.readouterr().out
+        assert "First 5 of 9 failures" in printed
+        assert "r6" in printed and "metric_error" in printed
+        assert "no multiples of three: 6" in printed
+        assert f"skynet-eval report {out} --failures" in printed
+
+    def test_report_failures_and_csv(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`report --failures` lists every failure; `--csv` writes one row per result,
+        with the error's kind and message."""
+        metric, data = failing_run(tmp_path, 30)
+        out = tmp_path / "r.jsonl"
+        argv = ["run", "--metric", str(metric), "--data", str(data), "--output", str(out)]
+        assert main([*argv, *INLINE]) == 0
+        capsys.readouterr()
+        table = tmp_path / "r.csv"
+        assert main(["report", str(out), "--no-html", "--failures", "--csv", str(table)]) == 0
+        printed = capsys.readouterr().out
+        assert "Failures (9 of 29)" in printed
+        assert all(f"no multiples of three: {x}" in printed for x in range(6, 31, 3))
+        import csv
+
+        with table.open(encoding="utf-8", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        assert len(rows) == 29 and rows[0].keys() >= {"id", "score", "error_kind"}
+        failed = {r["id"]: r for r in rows if r["error_kind"]}
+        assert sorted(failed) == sorted(f"r{x}" for x in range(6, 31, 3))
+        assert failed["r9"]["error_message"].startswith("`score` raised ValueError")
+
+    def test_csv_onto_the_results_is_refused(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """--csv naming the results file itself is a usage error; the file is unchanged."""
+        metric, data = failing_run(tmp_path, 8)
+        out = tmp_path / "r.jsonl"
+        argv = ["run", "--metric", str(metric), "--data", str(data), "--output", str(out)]
+        assert main([*argv, *INLINE]) == 0
+        before = out.read_bytes()
+        assert main(["report", str(out), "--no-html", "--csv", str(out)]) == 2
+        assert "is the RESULTS file itself" in capsys.readouterr().err
+        assert out.read_bytes() == before
+
+    def test_report_shows_the_wall_time_the_run_recorded(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The results file ends with the run's wall time and throughput; `report` shows
+        them (terminal and page), not "not recorded"."""
+        metric, data = failing_run(tmp_path, 12)
+        out = tmp_path / "r.jsonl"
+        argv = ["run", "--metric", str(metric), "--data", str(data), "--output", str(out)]
+        assert main([*argv, *INLINE]) == 0
+        end = json.loads(out.read_text().splitlines()[-1])
+        assert end["ended"]["examples"] == 11 and end["ended"]["wall_s"] > 0
+        capsys.readouterr()
+        page = tmp_path / "r.html"
+        assert main(["report", str(out), "--html", str(page)]) == 0
+        printed = capsys.readouterr().out
+        assert "wall time" in printed and "throughput" in printed
+        assert "not recorded" not in page.read_text()
+        assert "more header line" not in printed  # the end line is not a second session

@@ -226,7 +226,8 @@ class TestRunOptions:
         assert (got.artifact, got.timeout, got.program_timeout) == ("be brief", 9.0, 700.0)
         assert (got.workers, got.concurrency) == (3, 20)
         assert (got.execution, got.program_execution, got.json) == ("thread", "async", True)
-        assert got.serving.models == () and got.output is None and not got.resume
+        assert got.serving.models == () and not got.resume
+        assert got.output is not None and Path(got.output).name.endswith("-metric.jsonl")
         with pytest.raises(dataclasses.FrozenInstanceError):
             got.timeout = 1  # type: ignore[misc]
 

@@ -120,9 +120,10 @@ class TestRun:
         assert code == 0
         text = capsys.readouterr().out
         assert "Metric return value" in text and "mean score" in text
-        header, *rows = lines_of(out)
+        header, *rows, end = lines_of(out)
         assert header[HEADER_KEY] == 1 and header["metric"]["path"] == str(CLASSIFY / "metric.py")
         assert sorted(row["example_id"] for row in rows) == [f"t{i:02d}" for i in range(1, 31)]
+        assert end[HEADER_KEY] == 1 and end["ended"]["examples"] == 30  # the run's wall time
 
     @pytest.mark.parametrize(
         ("args", "message"),
