@@ -75,13 +75,18 @@ def write_json(stream: TextIO, value: Any) -> None:
 
 
 def print_steps(report: ContractReport, out: Console) -> None:
-    """The contract check's steps, one line each; the reason under a failed one."""
+    """The contract check's steps, one line each; the reason under a failed one; then
+    its warnings."""
+    from rich.markup import escape
+
     for step in report.steps:
         mark = "[green]✓[/green]" if step.ok else "[red]✗[/red]"
         out.print(f"{mark} {step.name}")
         if not step.ok:
             where = f"example {step.example_id!r}: " if step.example_id is not None else ""
             out.print(f"    {where}{step.message}", markup=False)
+    for warning in report.warnings:
+        out.print(f"[yellow]![/yellow] {escape(warning)}")
 
 
 def print_report(report: Report, out: Console, *, interrupted: bool, output: str | None) -> None:

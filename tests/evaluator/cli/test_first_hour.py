@@ -519,3 +519,92 @@ class TestSomethingToLookAt:
         assert "wall time" in printed and "throughput" in printed
         assert "not recorded" not in page.read_text()
         assert "more header line" not in printed  # the end line is not a second session
+
+
+PASSING_METRIC = """
+def score(input, output, expected=None):
+    return (1.0 if output else 0.0), {"feedback": "ok"}
+"""
+
+
+class TestAForgottenReturn:
+    def files(self, tmp_path: Path, program: str) -> tuple[Path, Path, Path]:
+        metric = tmp_path / "metric.py"
+        metric.write_text(PASSING_METRIC)
+        prog = tmp_path / "program.py"
+        prog.write_text(program)
+        data = tmp_path / "data.jsonl"
+        data.write_text(
+            "".join(json.dumps({"id": f"q{i}", "input": {"x": i}}) + "\n" for i in range(5))
+        )
+        return metric, prog, data
+
+    def test_a_program_returning_none_is_warned_of(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A program that returns None for every checked example passes the check with
+        a warning that names the forgotten `return`."""
+        metric, prog, data = self.files(tmp_path, "def run(artifact, input):\n    input['x'] * 2\n")
+        argv = ["check", str(metric), "--program", str(prog), "--data", str(data), *INLINE]
+        assert main(argv) == 0
+        printed = capsys.readouterr().out
+        assert "returned None for all 3 checked examples; did you forget `return`" in printed
+        assert main([*argv, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["warnings"] == [
+            "the program returned None for all 3 checked examples; did you forget `return` "
+            "in `run`?"
+        ]
+
+    def test_a_program_that_returns_is_not_warned_of(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A program returning a value gets no warning (the warning can be absent)."""
+        metric, prog, data = self.files(tmp_path, "def run(artifact, input):\n    return 1\n")
+        argv = ["check", str(metric), "--program", str(prog), "--data", str(data), *INLINE]
+        assert main(argv) == 0
+        assert "did you forget" not in capsys.readouterr().out
+
+    def test_a_metric_returning_none_is_told_of_return(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A metric that returns None fails Metric return value, naming `return`."""
+        metric, _, data = self.files(tmp_path, "")
+        metric.write_text("def score(input, output, expected=None):\n    (1.0, {})\n")
+        data.write_text(data.read_text().replace("}}", '}, "output": "a"}'))
+        assert main(["check", str(metric), "--data", str(data), *INLINE, "--json"]) == 1
+        step = next(s for s in json.loads(capsys.readouterr().out)["steps"] if not s["ok"])
+        assert step["name"] == "Metric return value"
+        assert "returned None, not a pair; did you forget `return`?" in step["message"]
+
+    @pytest.mark.parametrize("command", ["check", "run"])
+    def test_a_broken_program_file_is_a_program_step(
+        self, command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A syntax error in the program file is reported under Program file, with the
+        program's path, never as Metric file."""
+        metric, prog, data = self.files(tmp_path, "def run(artifact, input):\n    x = 1 +\n")
+        if command == "check":
+            argv = ["check", str(metric), "--program", str(prog), "--data", str(data)]
+        else:
+            argv = ["run", "--metric", str(metric), "--program", str(prog), "--data", str(data)]
+        assert main([*argv, *INLINE]) == 1
+        captured = capsys.readouterr()
+        printed = captured.out + captured.err
+        assert "Program file" in printed and "Metric file:" not in printed
+        assert f"{prog.resolve()}:2" in printed or f"{prog}:2" in printed
+
+    def test_a_program_without_run_is_a_program_file_step(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A program file that defines no `run` fails Program file, after the metric's
+        steps passed."""
+        metric, prog, data = self.files(tmp_path, "def main(artifact, input):\n    return 1\n")
+        argv = ["check", str(metric), "--program", str(prog), "--data", str(data), *INLINE]
+        assert main([*argv, "--json"]) == 1
+        steps = json.loads(capsys.readouterr().out)["steps"]
+        assert [(s["name"], s["ok"]) for s in steps] == [
+            ("Metric file", True),
+            ("Metric signature", True),
+            ("Program file", False),
+        ]
+        assert "defines no `run`" in steps[-1]["message"]
