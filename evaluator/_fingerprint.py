@@ -61,6 +61,7 @@ class DatasetPrint(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     input_cols: list[str] | None = None
     output_cols: list[str] | None = None
     selection: Selection | None = None
+    id_col: str | None = None
 
 
 class ArtifactPrint(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
@@ -170,6 +171,7 @@ def fingerprint_run(
     input_cols: Sequence[str] | None = None,
     output_cols: Sequence[str] | None = None,
     selection: Selection | None = None,
+    id_col: str | None = None,
 ) -> Fingerprints:
     """The fingerprints of a run: reads each file once (SHA-256 at disk speed).
 
@@ -185,6 +187,7 @@ def fingerprint_run(
             list(input_cols) if input_cols else None,
             list(output_cols) if output_cols else None,
             selection if selection != Selection() else None,
+            id_col,
         )
     art = None
     if artifact is not None or artifact_path is not None:
@@ -228,13 +231,13 @@ def compare(then: Fingerprints, now: Fingerprints) -> tuple[list[str], list[str]
             changes.append(f"{label} changed: {_label(name, old)} then, {_label(name, new)} now")
             continue
         if isinstance(old, DatasetPrint) and isinstance(new, DatasetPrint):
-            cols_then = (old.input_cols, old.output_cols)
-            cols_now = (new.input_cols, new.output_cols)
+            cols_then = (old.input_cols, old.output_cols, old.id_col)
+            cols_now = (new.input_cols, new.output_cols, new.id_col)
             if cols_then != cols_now:
                 changes.append(
                     f"{label}'s columns changed: input {old.input_cols}, output "
-                    f"{old.output_cols} then; input {new.input_cols}, output "
-                    f"{new.output_cols} now"
+                    f"{old.output_cols}, id {old.id_col or 'id'} then; input "
+                    f"{new.input_cols}, output {new.output_cols}, id {new.id_col or 'id'} now"
                 )
                 continue
         if (

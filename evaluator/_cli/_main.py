@@ -98,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="skynet-eval",
         description="An async, high-throughput evaluation engine for optimizer loops.",
     )
+    parser.add_argument("--version", action="version", version=f"skynet-eval {_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for command in COMMANDS:
         sub = subparsers.add_parser(
@@ -108,10 +109,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    """The installed distribution's version (``unknown`` when run from a bare checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("skynet-eval")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
     """The words as a namespace; a word no flag takes is the subcommand's usage error
-    (its usage printed, not the top level's, which lists the commands)."""
-    args, extra = parser.parse_known_args(argv)
+    (its usage printed, not the top level's, which lists the commands). No words at all:
+    the whole help (on stderr, exit 2: no command ran)."""
+    words = sys.argv[1:] if argv is None else list(argv)
+    if not words:
+        parser.print_help(sys.stderr)
+        parser.exit(EXIT_USAGE)
+    args, extra = parser.parse_known_args(words)
     if extra:
         sub: argparse.ArgumentParser = getattr(args, "cli_parser", parser)
         sub.error(f"unrecognized arguments: {' '.join(extra)}")

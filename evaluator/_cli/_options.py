@@ -247,6 +247,11 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="COLS",
         help="flat rows: the expected-output column(s); `expected` is keyed by these names",
     )
+    parser.add_argument(
+        "--id-col",
+        metavar="COL",
+        help="flat rows: the column holding each row's id (default: id; else the row's position)",
+    )
     few = parser.add_argument_group("try a few examples first (one of)")
     which = few.add_mutually_exclusive_group()
     which.add_argument("--limit", type=int, metavar="N", help="only the first N examples")
@@ -355,6 +360,7 @@ class DataOptions:
     input_cols: tuple[str, ...] | None = None
     output_cols: tuple[str, ...] | None = None
     selection: Selection | None = None
+    id_col: str | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> DataOptions:
@@ -366,6 +372,7 @@ class DataOptions:
             input_cols=tuple(args.input_cols) if args.input_cols else None,
             output_cols=tuple(args.output_cols) if args.output_cols else None,
             selection=_selection(args),
+            id_col=_id_col(args),
         )
 
     def examples(self) -> Iterator[Example]:
@@ -374,10 +381,26 @@ class DataOptions:
 
         def every() -> Iterator[Example]:
             return load_examples(
-                self.path, input_cols=self.input_cols, output_cols=self.output_cols
+                self.path,
+                input_cols=self.input_cols,
+                output_cols=self.output_cols,
+                id_col=self.id_col,
             )
 
         return every() if self.selection is None else self.selection.select(every)
+
+
+def _id_col(args: argparse.Namespace) -> str | None:
+    if args.id_col is None:
+        return None
+    if not args.id_col.strip():
+        raise ConfigError("must name a column, got ''", option="id_col", value=args.id_col)
+    if not args.input_cols:
+        raise ConfigError(
+            "names the id column of flat rows: add --input-cols (a canonical row's id is its 'id')",
+            option="id_col",
+        )
+    return str(args.id_col)
 
 
 def _selection(args: argparse.Namespace) -> Selection | None:
@@ -471,10 +494,9 @@ class CacheOptions:
         directory = check_directory(args.directory, option="directory")
         if not (directory / CACHE_FILE).is_file():
             raise ConfigError(
-                f"holds no result cache ({CACHE_FILE} is not there); give the DIR that "
-                "`skynet-eval run --cache DIR` was given",
-                option="directory",
-                value=args.directory,
+                f"{args.directory} holds no result cache (looked for "
+                f"{directory / CACHE_FILE}); give the DIR that `skynet-eval run --cache DIR` "
+                "was given"
             )
         return cls(action=args.action, directory=str(directory), json=args.json)
 

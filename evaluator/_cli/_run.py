@@ -163,6 +163,7 @@ def _results_file(options: RunOptions, plan: _Plan) -> Iterator[ResultsWriter | 
         input_cols=options.data.input_cols,
         output_cols=options.data.output_cols,
         selection=options.data.selection,
+        id_col=options.data.id_col,
     )
     writer, resumed = open_results(
         path,

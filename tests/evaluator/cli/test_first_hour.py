@@ -171,7 +171,7 @@ _CLI = ROOT / "evaluator" / "_cli"
 #: The modules whose messages reach a user of the command line, by the commands that can
 #: print them. `_options.py` is read apart: each struct's own flags and checks.
 _PRINTERS = {
-    _CLI / "_main.py": _COMMAND_NAMES,
+    _CLI / "_main.py": ("",),  # the top level's own flags (--version)
     _CLI / "_check.py": ("check",),
     _CLI / "_run.py": ("run",),
     _CLI / "_judges.py": ("judges",),
@@ -268,6 +268,7 @@ class TestHintsNameFlagsTheCommandHas:
         """Each `--flag` in a message or help text exists on every command that can
         print it (one quoted with its command, on that command)."""
         flags = {name: flags_of(parser) for name, parser in subparsers().items()}
+        flags[""] = flags_of(build_parser())
         wrong: list[str] = []
         for command, texts in _options_texts().items():
             for text in texts:
@@ -608,3 +609,86 @@ class TestAForgottenReturn:
             ("Program file", False),
         ]
         assert "defines no `run`" in steps[-1]["message"]
+
+
+class TestSmallerEdges:
+    def test_version(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """--version prints the installed version and exits 0."""
+        from importlib.metadata import version
+
+        assert main(["--version"]) == 0
+        assert capsys.readouterr().out.strip() == f"skynet-eval {version('skynet-eval')}"
+
+    def test_bare_command_prints_the_help(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """`skynet-eval` alone prints the whole help (every command), not one usage line."""
+        assert main([]) == 2
+        err = capsys.readouterr().err
+        assert "usage: skynet-eval" in err
+        assert all(c.options.HELP in " ".join(err.split()) for c in COMMANDS)
+
+    def test_one_error_is_singular(self) -> None:
+        """The progress line says "1 error", "0 errors", "2 errors"."""
+        from evaluator._cli._progress import plural
+
+        assert [plural(n, "error") for n in (0, 1, 2, 1000)] == [
+            "0 errors",
+            "1 error",
+            "2 errors",
+            "1,000 errors",
+        ]
+
+    @pytest.mark.parametrize("command", ["check", "run", "judges"])
+    def test_timeout_zero_says_greater_than_zero(
+        self, command: str, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """--timeout 0 is refused as "greater than 0", not "between 0 and 600"."""
+        argv = [command, "--metric", str(JUDGE_METRIC), "--data", str(JUDGE_DATA)]
+        assert main([*argv, "--timeout", "0"]) == 2
+        err = capsys.readouterr().err
+        assert "--timeout must be greater than 0 and at most 600 seconds, got 0" in err
+
+    def test_cache_stats_names_the_path_it_looked_at(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`cache stats DIR` on a folder without a cache names the file it looked for."""
+        assert main(["cache", "stats", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert str(tmp_path / "results.sqlite3") in err and "`directory`" not in err
+
+    def test_id_col_gives_flat_rows_their_ids(self, tmp_path: Path) -> None:
+        """--id-col qid: a CSV's qid column gives the ids (not 0, 1, 2)."""
+        data = tmp_path / "flat.csv"
+        data.write_text("qid,question,answer,output\nq1,hi,a,a\nq2,yo,b,a\nq3,x,c,c\n")
+        metric = tmp_path / "m.py"
+        metric.write_text(PASSING_METRIC)
+        out = tmp_path / "r.jsonl"
+        argv = ["run", "--metric", str(metric), "--data", str(data), "--output", str(out)]
+        argv += ["--input-cols", "question", "--output-cols", "answer", "--id-col", "qid"]
+        assert main([*argv, *INLINE]) == 0
+        assert results_ids(out) == ["q1", "q2", "q3"]
+        dataset_print = headers(out)[0]["dataset"]
+        assert isinstance(dataset_print, dict) and dataset_print["id_col"] == "qid"
+
+    @pytest.mark.parametrize(
+        ("flags", "said"),
+        [
+            (["--input-cols", "questoin"], "did you mean 'question' for 'questoin'?"),
+            (["--input-cols", "question", "--output-cols", "answr"], "'answer' for 'answr'"),
+            (["--input-cols", "question", "--id-col", "qdi"], "'qid' for 'qdi'"),
+        ],
+    )
+    def test_a_misspelt_column_gets_a_guess(
+        self, flags: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A column no row has is named with the closest one the row has."""
+        data = tmp_path / "flat.csv"
+        data.write_text("qid,question,answer\nq1,hi,a\n")
+        argv = ["check", str(JUDGE_METRIC), "--data", str(data), *flags]
+        assert main(argv) == 2
+        assert said in capsys.readouterr().err
+
+    def test_id_col_needs_flat_rows(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """--id-col without --input-cols says it is for flat rows."""
+        argv = ["check", str(JUDGE_METRIC), "--data", str(JUDGE_DATA), "--id-col", "qid"]
+        assert main(argv) == 2
+        assert "--id-col names the id column of flat rows" in capsys.readouterr().err

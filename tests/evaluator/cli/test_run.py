@@ -128,7 +128,7 @@ class TestRun:
     @pytest.mark.parametrize(
         ("args", "message"),
         [
-            (["--timeout", "900"], "--timeout must be between 0 and 600 seconds, got 900"),
+            (["--timeout", "900"], "--timeout must be greater than 0 and at most 600 seconds, got 900"),
             (["--data", "nope.jsonl"], "nope.jsonl: no such file"),
             (["--metric", "missing.py"], "--metric: no such file 'missing.py'"),
             (["--resume"], "--resume needs --output"),
