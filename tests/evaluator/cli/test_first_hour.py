@@ -692,3 +692,36 @@ class TestSmallerEdges:
         argv = ["check", str(JUDGE_METRIC), "--data", str(JUDGE_DATA), "--id-col", "qid"]
         assert main(argv) == 2
         assert "--id-col names the id column of flat rows" in capsys.readouterr().err
+
+
+class TestAKeyErrorOnExpected:
+    @pytest.mark.parametrize("execution", ["inline", "async"])
+    def test_the_message_names_the_keys_expected_has(
+        self, execution: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`expected["answr"]` on an expected of {"answer": ...}: the message names the
+        keys `expected` has."""
+        data = tmp_path / "flat.csv"
+        data.write_text("qid,question,answer,output\nq1,hi,a,a\nq2,yo,b,a\nq3,x,c,c\n")
+        metric = tmp_path / "m.py"
+        body = 'float(output == expected["answr"]), {"feedback": ""}'
+        if execution == "async":
+            metric.write_text(
+                f"async def score(input, output, expected=None):\n    return {body}\n"
+            )
+        else:
+            metric.write_text(f"def score(input, output, expected=None):\n    return {body}\n")
+        argv = ["check", str(metric), "--data", str(data), "--input-cols", "question"]
+        argv += ["--output-cols", "answer", "--execution", execution, "--json"]
+        assert main(argv) == 1
+        step = next(s for s in json.loads(capsys.readouterr().out)["steps"] if not s["ok"])
+        assert "KeyError: 'answr'" in step["message"]
+        assert step["message"].endswith("`expected` has the keys 'answer'")
+
+    def test_a_key_expected_has_adds_nothing(self) -> None:
+        """A KeyError for a key `expected` has (raised elsewhere) gets no such note;
+        an example without expected values says so."""
+        from evaluator import _failures
+
+        assert _failures._expected_keys(KeyError("answer"), {"answer": 1}) == ""
+        assert "is None" in _failures._expected_keys(KeyError("answer"), None)
