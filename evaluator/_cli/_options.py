@@ -339,6 +339,15 @@ def _program_and_artifact(args: argparse.Namespace) -> tuple[str | None, Any]:
     return program, _artifact(args.artifact, args.artifact_text)
 
 
+def _add_config_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        metavar="FILE.toml",
+        help="read the flags from a TOML file: every flag is a key (metric-model = "
+        '"judge-mini"), relative paths are the file\'s; flags given here win',
+    )
+
+
 def _add_simulator_argument(parser: Any) -> None:
     parser.add_argument(
         "--simulator",
@@ -539,6 +548,7 @@ class CheckOptions:
         _add_execution_arguments(parser)
         _add_model_arguments(parser.add_argument_group("models (skynet.llm)"))
         parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+        _add_config_argument(parser)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Self:
@@ -632,6 +642,7 @@ class RunOptions:
         RunOptions._add_engine_arguments(parser)
         _add_model_arguments(parser.add_argument_group("models (skynet.llm)"))
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
+        _add_config_argument(parser)
 
     @staticmethod
     def _add_engine_arguments(parser: argparse.ArgumentParser) -> None:
@@ -904,6 +915,7 @@ class JudgesOptions:
         parser.add_argument(
             "--plot", metavar="FILE.png", help="draw cost per 1,000 examples against agreement"
         )
+        _add_config_argument(parser)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Self:

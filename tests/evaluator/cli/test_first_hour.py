@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -179,6 +180,7 @@ _PRINTERS = {
     _CLI / "_cache.py": ("cache",),
     _CLI / "_simulator.py": ("simulator",),
     _CLI / "_serving.py": ("run", "check"),
+    _CLI / "_config.py": ("run", "check", "judges"),
     ROOT / "evaluator" / "_models.py": ("run", "check"),
     ROOT / "evaluator" / "_dataset.py": ("run", "check", "judges", "report"),
     ROOT / "evaluator" / "_store.py": ("run",),
@@ -725,3 +727,140 @@ class TestAKeyErrorOnExpected:
 
         assert _failures._expected_keys(KeyError("answer"), {"answer": 1}) == ""
         assert "is None" in _failures._expected_keys(KeyError("answer"), None)
+
+
+def run_file(folder: Path, body: str) -> Path:
+    """A run.toml in ``folder`` beside a copy of the judges example's files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for source in (JUDGE_METRIC, JUDGE_DATA, SIMULATOR):
+        shutil.copy(source, folder / source.name)
+    path = folder / "run.toml"
+    path.write_text(body)
+    return path
+
+
+RUN_TOML = """\
+metric = "metric.py"
+data = "data.jsonl"
+metric-model = "judge-mini"
+simulator = "simulator.json"
+sample = 10
+seed = 1
+execution = "inline"
+"""
+
+
+class TestAConfigFile:
+    def test_every_flag_is_a_key_and_paths_are_the_files(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """`run --config run.toml` from another folder: the file's relative paths are
+        its own folder's; 10 sampled rows run."""
+        config = run_file(tmp_path / "project", RUN_TOML)
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        monkeypatch.chdir(elsewhere)
+        out = tmp_path / "r.jsonl"
+        assert main(["run", "--config", str(config), "--output", str(out)]) == 0
+        assert len(results_ids(out)) == 10
+        dataset_print = headers(out)[0]["dataset"]
+        assert isinstance(dataset_print, dict)
+        assert dataset_print["path"] == str(tmp_path / "project" / "data.jsonl")
+        assert dataset_print["selection"] == {"sample": 10, "seed": 1}
+
+    def test_the_command_line_wins(self, tmp_path: Path) -> None:
+        """A flag on the command line overrides the file's key (and a one-of group's
+        other members, and --sample's seed)."""
+        config = run_file(tmp_path, RUN_TOML)
+        out = tmp_path / "r.jsonl"
+        assert main(["run", "--config", str(config), "--output", str(out), "--limit", "2"]) == 0
+        assert results_ids(out) == ["cap01", "cap02"]
+
+    def test_check_and_judges_read_it_too(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`check --config` and `judges --config` take the same file's keys."""
+        config = run_file(tmp_path, RUN_TOML)
+        assert main(["check", "--config", str(config), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["ok"] is True
+        judges = run_file(
+            tmp_path / "j",
+            'metric = "metric.py"\ndata = "data.jsonl"\nmodels = "judge-mini,judge-nano"\n'
+            'simulator = "simulator.json"\nlimit = 3\noutput = "judges.json"\n',
+        )
+        assert main(["judges", "--config", str(judges)]) == 0
+        assert json.loads((tmp_path / "j" / "judges.json").read_text())["examples"] == 3
+
+    @pytest.mark.parametrize(
+        ("line", "said"),
+        [
+            ('metric-modle = "x"', "run.toml:7: metric-modle: no such key"),
+            ('metric-modle = "x"', "did you mean 'metric-model'?"),
+            ('timeout = "long"', "run.toml:7: timeout: must be a number, got 'long'"),
+            ('json = "yes"', "run.toml:7: json: must be true or false"),
+            ("limit = 2.5", "run.toml:7: limit: must be a whole number, got 2.5"),
+        ],
+    )
+    def test_errors_name_file_line_and_key(
+        self, line: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A bad key or value: exit 2, one line naming the file, the line and the key."""
+        config = run_file(tmp_path, RUN_TOML.replace("sample = 10\nseed = 1\n", "") + "\n" + line)
+        assert main(["run", "--config", str(config)]) == 2
+        err = capsys.readouterr().err
+        assert said in err and len(err.strip().splitlines()) == 1
+
+    def test_a_choice_gets_a_guess(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A value outside a flag's choices names them and the closest."""
+        config = run_file(tmp_path, RUN_TOML.replace('"inline"', '"inlin"'))
+        assert main(["run", "--config", str(config)]) == 2
+        assert "did you mean 'inline'?" in capsys.readouterr().err
+
+    def test_broken_toml_says_where(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A file that is not TOML names itself and the line."""
+        config = run_file(tmp_path, RUN_TOML + "metric = \n")
+        assert main(["run", "--config", str(config)]) == 2
+        err = capsys.readouterr().err
+        assert f"--config {config}: not TOML" in err and "line 8" in err
+
+
+class TestDotEnv:
+    def test_dotenv_sets_only_what_is_unset(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """`.env` sets the variables the environment lacks and never overrides one."""
+        from evaluator._cli._config import read_dotenv
+
+        monkeypatch.setenv("FH_SET", "from the environment")
+        monkeypatch.delenv("FH_UNSET", raising=False)
+        monkeypatch.delenv("FH_QUOTED", raising=False)
+        env = tmp_path / ".env"
+        env.write_text(
+            "# keys\nFH_SET=from the file\nexport FH_UNSET=abc  # a comment\n"
+            "FH_QUOTED='a # b'\nnot a line\n"
+        )
+        try:
+            assert read_dotenv(env) == ["FH_UNSET", "FH_QUOTED"]
+            assert os.environ["FH_SET"] == "from the environment"
+            assert os.environ["FH_UNSET"] == "abc" and os.environ["FH_QUOTED"] == "a # b"
+        finally:
+            os.environ.pop("FH_UNSET", None)
+            os.environ.pop("FH_QUOTED", None)
+
+    def test_check_reads_the_key_from_dotenv(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A key variable in ./.env is there for the key check: no 'not set' error."""
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.delenv("FH_JUDGE_KEY", raising=False)
+        (tmp_path / ".env").write_text("FH_JUDGE_KEY=sk-test\n")
+        argv = ["check", str(JUDGE_METRIC), "--data", str(JUDGE_DATA), *ON_SIMULATOR, *INLINE]
+        try:
+            assert main([*argv, "--api-key-env", "FH_JUDGE_KEY", "--json"]) == 0
+            assert os.environ["FH_JUDGE_KEY"] == "sk-test"
+        finally:
+            os.environ.pop("FH_JUDGE_KEY", None)
