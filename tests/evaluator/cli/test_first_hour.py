@@ -864,3 +864,66 @@ class TestDotEnv:
             assert os.environ["FH_JUDGE_KEY"] == "sk-test"
         finally:
             os.environ.pop("FH_JUDGE_KEY", None)
+
+
+class TestTheFirstHour:
+    def test_a_new_users_first_hour(self, tmp_path: Path) -> None:
+        """Through the command line as a user runs it (a process, from the project's
+        folder): check a judge metric on the simulator, run 10 sampled rows from a
+        config file without --output, see the failures, open the report, resume."""
+        import subprocess
+        import sys
+
+        from evaluator._dataset import Selection, load_examples
+
+        picked = [e for e in Selection(sample=10, seed=1).select(lambda: load_examples(JUDGE_DATA))]
+        failing = picked[3]  # one of the sampled rows fails, past the 3-example check
+        project = tmp_path / "project"
+        run_file(project, RUN_TOML)
+        (project / "metric.py").write_text(
+            JUDGE_METRIC.read_text().replace(
+                "def score(input, output, expected=None):\n",
+                "def score(input, output, expected=None):\n"
+                f"    if input == {failing.input!r}:\n"
+                "        raise ValueError('this one is broken')\n",
+            )
+        )
+        env = {k: v for k, v in os.environ.items() if k != "SKYNET_EVAL_RUNS_DIR"}
+        env["PYTHONPATH"] = str(ROOT)
+
+        def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "evaluator", *argv],
+                cwd=project,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+
+        checked = cli("check", "--config", "run.toml")
+        assert checked.returncode == 0, checked.stderr
+        assert "Contract check passed" in checked.stdout
+
+        ran = cli("run", "--config", "run.toml")
+        assert ran.returncode == 0, ran.stderr
+        kept = ran.stdout.strip().splitlines()[-1].removeprefix("results: ")
+        results = project / kept
+        assert kept.startswith("runs") and results.is_file()
+        assert sorted(results_ids(results)) == sorted(e.id for e in picked)  # type: ignore[type-var]
+        assert "Failures" in ran.stdout and failing.id in ran.stdout
+        assert "this one is broken" in ran.stdout
+
+        report = cli("report", kept, "--failures")
+        assert report.returncode == 0, report.stderr
+        assert "Failures (1 of 10)" in report.stdout and "this one is broken" in report.stdout
+        page = results.with_suffix(".html")
+        assert page.is_file() and "not recorded" not in page.read_text()
+
+        lines = results.read_text().splitlines()
+        results.write_text("\n".join(lines[:6]) + "\n")  # stopped after 5 results
+        resumed = cli("run", "--config", "run.toml", "--output", kept, "--resume")
+        assert resumed.returncode == 0, resumed.stderr
+        assert "contract check skipped" in resumed.stdout
+        assert sorted(results_ids(results)) == sorted(e.id for e in picked)  # type: ignore[type-var]
