@@ -601,6 +601,7 @@ class RunOptions:
     """The results file: --output, else a new one under runs/ (None only for a
     struct made by hand)."""
     output_notes: tuple[str, ...] = ()
+    output_defaulted: bool = False
     resume: bool = False
     force: bool = False
     report: str | None = None
@@ -687,6 +688,7 @@ class RunOptions:
             artifact_path=args.artifact,
             output=output,
             output_notes=notes,
+            output_defaulted=args.output is None,
             resume=args.resume,
             force=args.force,
             report=_report_file(args.report, output, inputs),

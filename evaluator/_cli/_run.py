@@ -241,6 +241,8 @@ async def _main(
             _warn(f"{writer.path}: the run's wall time could not be recorded (the results stand)")
         if options.json:
             write_json(stream, report)
+            if options.output_defaulted:  # the user did not name it: say where it is
+                print(f"skynet-eval run: results: {options.output}", file=sys.stderr)
         else:
             print_report(report, out, interrupted=interrupted, output=options.output)
         if writer is not None:

@@ -448,6 +448,17 @@ class TestSomethingToLookAt:
         assert printed.rstrip().endswith(f"results: {Path('runs') / kept[0].name}")
         assert len(results_ids(kept[0])) == 7
 
+    def test_with_json_the_default_path_is_said_on_stderr(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """--json keeps stdout for the report: the default results path goes to stderr."""
+        metric, data = failing_run(tmp_path, 6)
+        assert main(["run", "--metric", str(metric), "--data", str(data), *INLINE, "--json"]) == 0
+        captured = capsys.readouterr()
+        json.loads(captured.out)
+        said = [line for line in captured.err.splitlines() if "results: " in line]
+        assert len(said) == 1 and Path(said[0].split("results: ")[1]).is_file()
+
     def test_the_repository_ignores_runs(self) -> None:
         """The checkout's .gitignore keeps runs/ out of version control."""
         assert "/runs/" in (ROOT / ".gitignore").read_text().splitlines()
