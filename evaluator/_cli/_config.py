@@ -103,6 +103,8 @@ def config_words(path: str, parser: argparse.ArgumentParser, words: Sequence[str
         dest = key.replace("-", "_")
         where = f"{path}:{_line_of(text, key) or '?'}: {key}"
         action = flags.get(dest)
+        if dest == "config":
+            raise ConfigError(f"{where}: a config file cannot name another; merge the two")
         if action is None:
             known = sorted(d.replace("_", "-") for d in flags)
             close = difflib.get_close_matches(key.replace("_", "-"), known, n=1)

@@ -810,6 +810,7 @@ class TestAConfigFile:
             ('timeout = "long"', "run.toml:7: timeout: must be a number, got 'long'"),
             ('json = "yes"', "run.toml:7: json: must be true or false"),
             ("limit = 2.5", "run.toml:7: limit: must be a whole number, got 2.5"),
+            ('config = "other.toml"', "run.toml:7: config: a config file cannot name another"),
         ],
     )
     def test_errors_name_file_line_and_key(
