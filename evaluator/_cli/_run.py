@@ -63,7 +63,7 @@ from ._serving import Serving
 __all__ = ["CHECK_EXAMPLES", "execute"]
 
 CHECK_EXAMPLES = 3
-INTERRUPTED = "interrupted: the results written so far are kept"
+INTERRUPTED = "interrupted"
 #: How many of the values stored in a changed form the warning quotes.
 SHOWN_CHANGES = 3
 
@@ -251,6 +251,7 @@ async def _main(
     if ending.write_error is not None:
         print(f"skynet-eval run: error: {ending.write_error}", file=sys.stderr)
     if ending.cancelled is not None:
+        _say_what_was_kept(options, plan, report.n)
         raise ending.cancelled  # the reports are out: let the stop go on to the loop starter
     incomplete = check_result_count(plan.total, report.n)
     if ending.write_error is None and incomplete is not None:
@@ -285,6 +286,23 @@ async def _check(
         if failed is not None:
             print(f"contract check failed at {failed.name}: {failed.message}", file=sys.stderr)
     return bool(report.ok)
+
+
+def _say_what_was_kept(options: RunOptions, plan: _Plan, kept: int) -> None:
+    """After a stop: how many of the examples have results and how to go on, or that
+    nothing was kept (never a claim that results were kept when none were written)."""
+    if options.output is None or not kept:
+        print(
+            "skynet-eval run: stopped before any result was written: nothing was kept",
+            file=sys.stderr,
+        )
+        return
+    how = "--resume" if not options.output_defaulted else f"--output {options.output} --resume"
+    print(
+        f"skynet-eval run: stopped: {kept:,} of {plan.total:,} examples have results in "
+        f"{options.output}; to go on, run the same command with {how}",
+        file=sys.stderr,
+    )
 
 
 def _say(message: str, out: Console, json: bool) -> None:

@@ -939,3 +939,34 @@ class TestTheFirstHour:
         assert resumed.returncode == 0, resumed.stderr
         assert "contract check skipped" in resumed.stdout
         assert sorted(results_ids(results)) == sorted(e.id for e in picked)  # type: ignore[type-var]
+
+
+class TestWhatAStopKept:
+    def test_nothing_written_claims_nothing(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """A stop before any result was written says nothing was kept."""
+        from evaluator._cli._options import DataOptions, RunOptions
+        from evaluator._cli._run import _Plan, _say_what_was_kept
+
+        options = RunOptions(metric="m.py", data=DataOptions(path="d.jsonl"), output="r.jsonl")
+        _say_what_was_kept(options, _Plan(total=200, first=[]), 0)
+        err = capsys.readouterr().err
+        assert "nothing was kept" in err and "have results" not in err
+
+    def test_a_default_path_is_named_in_the_resume_hint(
+        self, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A stopped run without --output says "56 of 200" and to resume with the path
+        it chose."""
+        from evaluator._cli._options import DataOptions, RunOptions
+        from evaluator._cli._run import _Plan, _say_what_was_kept
+
+        options = RunOptions(
+            metric="m.py",
+            data=DataOptions(path="d.jsonl"),
+            output="runs/x-m.jsonl",
+            output_defaulted=True,
+        )
+        _say_what_was_kept(options, _Plan(total=200, first=[]), 56)
+        err = capsys.readouterr().err
+        assert "56 of 200 examples have results in runs/x-m.jsonl" in err
+        assert "--output runs/x-m.jsonl --resume" in err

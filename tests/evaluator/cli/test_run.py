@@ -244,6 +244,8 @@ class TestResume:
         lines = results(out)
         assert report["n"] == len(lines) and 50 <= len(lines) < 3000
         assert "interrupted" in stderr
+        assert f"stopped: {report['n']:,} of 3,000 examples have results in {out}" in stderr
+        assert "run the same command with --resume" in stderr
         assert "interrupted" in page.read_text()
 
 
