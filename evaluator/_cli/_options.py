@@ -47,6 +47,7 @@ __all__ = [
 
 EXECUTIONS = ("process", "thread", "async", "inline", "ray")
 DEFAULT_TIMEOUT = 60.0
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 _NEEDS_A_MODEL = "add --model, --metric-model or --reflection-model"
 
@@ -314,7 +315,7 @@ def _add_model_arguments(models: Any) -> None:
     models.add_argument("--reflection-base-url", help="base URL of --reflection-model")
     models.add_argument(
         "--api-key-env",
-        default="OPENAI_API_KEY",
+        default=DEFAULT_KEY_ENV,
         metavar="VAR",
         help="environment variable holding the API key (default OPENAI_API_KEY); "
         "'none' for a server without keys",
@@ -443,6 +444,9 @@ class ModelRequest:
     base_url: str | None = None
     price_input: float | None = None
     price_output: float | None = None
+    #: The key variable of a litellm-style name's provider (``groq/...``: GROQ_API_KEY),
+    #: used unless --api-key-env names another; "" for a local server without a key.
+    key_env: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -451,7 +455,7 @@ class ServingOptions:
     is, their limits, and the ``--simulator`` that serves them all instead."""
 
     models: tuple[ModelRequest, ...] = ()
-    api_key_env: str | None = "OPENAI_API_KEY"
+    api_key_env: str | None = DEFAULT_KEY_ENV
     rpm: float | None = None
     tpm: float | None = None
     simulator: SimulatorConfig | None = None
@@ -825,10 +829,35 @@ def _run_models(args: argparse.Namespace) -> tuple[ModelRequest, ...]:
         "reflection": reflection_url,
         "metric": _url(args.metric_base_url, "metric_base_url") or reflection_url,
     }
-    return tuple(
-        ModelRequest(role, name, urls[role], args.price_input, args.price_output)
-        for role, name in names.items()
-        if name is not None
+    requests = []
+    for role, name in names.items():
+        if name is None:
+            continue
+        request = ModelRequest(role, name, urls[role], args.price_input, args.price_output)
+        if request.base_url is None:
+            request = _litellm_request(
+                request, dest=f"{role}_model" if role != "program" else "model"
+            )
+        requests.append(request)
+    return tuple(requests)
+
+
+def _litellm_request(request: ModelRequest, *, dest: str) -> ModelRequest:
+    """A litellm-style name (``openai/gpt-4o-mini``) given without a base URL, as the
+    Python adapters read it: the provider's base URL and key variable, the bare name."""
+    from evaluator._lm import litellm_name
+
+    found = litellm_name(request.model, dest)
+    if found is None:
+        return request
+    name, base_url, key_env = found
+    return ModelRequest(
+        request.role,
+        name,
+        base_url,
+        request.price_input,
+        request.price_output,
+        key_env if key_env is not None else "",
     )
 
 

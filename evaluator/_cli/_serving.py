@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from evaluator import ConfigError
 
-from ._options import ModelRequest, ServingOptions
+from ._options import DEFAULT_KEY_ENV, ModelRequest, ServingOptions
 
 if TYPE_CHECKING:
     from evaluator import Models
@@ -87,6 +87,13 @@ class Serving:
 def _config(request: ModelRequest, key_env: str | None, options: ServingOptions) -> ModelConfig:
     from llm_client import ModelConfig
 
+    if (
+        key_env is not None
+        and request.key_env is not None
+        and options.api_key_env == DEFAULT_KEY_ENV
+    ):
+        # A litellm-style name's provider has its own variable (or, "", none at all).
+        key_env = request.key_env or None
     fields: dict[str, Any] = {"model": request.model, "api_key_env": key_env}
     for name, value in (
         ("base_url", request.base_url),

@@ -970,3 +970,46 @@ class TestWhatAStopKept:
         err = capsys.readouterr().err
         assert "56 of 200 examples have results in runs/x-m.jsonl" in err
         assert "--output runs/x-m.jsonl --resume" in err
+
+
+class TestLitellmNames:
+    def test_a_prefixed_judge_is_served_by_its_own_name(
+        self, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`--metric-model openai/judge-mini` calls `judge-mini` (on the simulator)."""
+        argv = ["check", str(JUDGE_METRIC), "--data", str(JUDGE_DATA), *INLINE, "--json"]
+        argv += ["--metric-model", "openai/judge-mini", "--simulator", str(SIMULATOR)]
+        assert main(argv) == 0
+        assert json.loads(capsys.readouterr().out)["ok"] is True
+
+    def test_the_provider_gives_the_url_and_the_key_variable(
+        self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """`groq/...` without --base-url: Groq's URL, and its key variable is the one the
+        key check names."""
+        from evaluator._cli._main import build_parser
+        from evaluator._cli._options import RunOptions
+
+        monkeypatch.delenv("GROQ_API_KEY", raising=False)
+        monkeypatch.delenv("GROQ_API_BASE", raising=False)
+        argv = ["run", "--metric", str(JUDGE_METRIC), "--data", str(JUDGE_DATA)]
+        got = RunOptions.from_args(build_parser().parse_args([*argv, "--model", "groq/llama"]))
+        (request,) = got.serving.models
+        assert (request.model, request.base_url) == ("llama", "https://api.groq.com/openai/v1")
+        assert (
+            main(
+                ["check", str(JUDGE_METRIC), "--data", str(JUDGE_DATA), "--metric-model", "groq/x"]
+            )
+            == 2
+        )
+        assert "GROQ_API_KEY" in capsys.readouterr().err
+
+    def test_a_base_url_keeps_the_name_as_given(self) -> None:
+        """With --base-url (an OpenRouter-style server) the name is sent as given."""
+        from evaluator._cli._main import build_parser
+        from evaluator._cli._options import RunOptions
+
+        argv = ["run", "--metric", str(JUDGE_METRIC), "--data", str(JUDGE_DATA)]
+        argv += ["--model", "openai/gpt-4o", "--base-url", "http://127.0.0.1:9/v1"]
+        (request,) = RunOptions.from_args(build_parser().parse_args(argv)).serving.models
+        assert request.model == "openai/gpt-4o"
