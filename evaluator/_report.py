@@ -380,13 +380,15 @@ class ReportBuilder:
         self._cache = _CacheTally()
         self._failures: list[Failure] = []
 
-    def add(self, result: Result, *, resumed: bool = False) -> None:
-        """Count one result. ``resumed``: it came from an earlier run (not in throughput)."""
+    def add(self, result: Result, *, resumed: bool = False, timed: bool = True) -> None:
+        """Count one result. ``resumed``: it came from an earlier run (not in throughput);
+        ``timed`` False: made before the clock started (the contract check's examples),
+        so counted but not in throughput either."""
         self.n += 1
         if resumed:
             self.resumed += 1
         else:
-            self._new += 1
+            self._new += timed
             self._cache.add(result)
         error = result.error
         if error is None:
@@ -445,10 +447,12 @@ class ReportBuilder:
         else:
             self.judge_cost += judge.cost_usd
 
-    def add_many(self, results: Iterable[Result], *, resumed: bool = False) -> None:
+    def add_many(
+        self, results: Iterable[Result], *, resumed: bool = False, timed: bool = True
+    ) -> None:
         add = self.add
         for result in results:
-            add(result, resumed=resumed)
+            add(result, resumed=resumed, timed=timed)
 
     # The clock is a default argument, bound when the engine is imported: user code in the
     # engine's process that patches time.perf_counter does not change a run's wall time.

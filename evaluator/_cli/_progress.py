@@ -103,10 +103,14 @@ class RunProgress:
             flush=True,
         )
 
-    def advance(self, results: Sequence[Result], models: ModelCounts) -> None:
-        """Count ``results`` as done; ``models`` is the run's model calls so far."""
+    def advance(
+        self, results: Sequence[Result], models: ModelCounts, *, timed: bool = True
+    ) -> None:
+        """Count ``results`` as done; ``models`` is the run's model calls so far.
+        ``timed`` False: made before this display started (the contract check's), so
+        done but not in the rate (they were not instant)."""
         self.done += len(results)
-        self.new += len(results)
+        self.new += len(results) if timed else 0
         self.errors += sum(1 for r in results if r.error is not None)
         self.models = models
         if self._bar is not None and self._task is not None:

@@ -334,8 +334,8 @@ async def _evaluate(
     with RunProgress(plan.total, len(plan.done) - len(checked), live=live) as progress:
         stream = ev.stream(options.artifact, _todo(options, plan.done))
         try:
-            if checked:
-                handle(checked, progress)
+            if checked:  # made by the check, before the clock started
+                handle(checked, progress, timed=False)
             async with stream:
                 # Results arrive in chunks: write, count and display each at once.
                 async for batch in stream.batches():
@@ -359,11 +359,12 @@ def _handle(
     writer: ResultsWriter | None,
     plan: _Plan,
     ev: Evaluator,
+    timed: bool = True,
 ) -> None:
     # Written first: a result is counted in the report only once it is in the file.
     if writer is not None:
         writer.write(batch)
-    plan.builder.add_many(batch)
+    plan.builder.add_many(batch, timed=timed)
     if plan.kept is not None:
         plan.kept.extend(batch)
     models = ev.statistics().models
@@ -379,6 +380,7 @@ def _handle(
             rate_limited=models.rate_limited,
             cost=cost,
         ),
+        timed=timed,
     )
 
 

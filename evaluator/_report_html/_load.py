@@ -94,17 +94,20 @@ class ResultsFile(msgspec.Struct, kw_only=True):
     ended: list[dict[str, Any]] = []
     line_numbers: list[int] | None = None
 
-    def timing(self) -> dict[str, float]:
+    def timing(self) -> dict[str, float | None]:
         """``wall_s`` and ``throughput`` over the runs that recorded them (a resumed file:
-        their sum, and the results they wrote over it); empty when none did."""
+        the sum of their wall times, and the results they timed over it); empty when none
+        did (and no throughput when one run could not tell its rate)."""
         walls = [e.get("wall_s") for e in self.ended]
-        counts = [e.get("examples") for e in self.ended]
+        rates = [e.get("throughput") for e in self.ended]
         if not walls or not all(isinstance(w, (int, float)) for w in walls):
             return {}
         wall = float(sum(walls))  # type: ignore[arg-type]
-        out = {"wall_s": wall}
-        if wall > 0 and all(isinstance(c, int) for c in counts):
-            out["throughput"] = sum(counts) / wall  # type: ignore[arg-type]
+        out: dict[str, float | None] = {"wall_s": wall, "throughput": None}
+        if wall > 0 and all(isinstance(r, (int, float)) for r in rates):
+            # Each run's rate over its own clock: the results it timed, over all the time.
+            timed = sum(r * w for r, w in zip(rates, walls, strict=True))  # type: ignore[operator]
+            out["throughput"] = timed / wall
         return out
 
 

@@ -1013,3 +1013,31 @@ class TestLitellmNames:
         argv += ["--model", "openai/gpt-4o", "--base-url", "http://127.0.0.1:9/v1"]
         (request,) = RunOptions.from_args(build_parser().parse_args(argv)).serving.models
         assert request.model == "openai/gpt-4o"
+
+
+class TestTheCheckIsNotInstant:
+    def test_throughput_counts_only_what_the_clock_timed(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The check's 3 examples ran before the run's clock: throughput is the other
+        examples over the wall time, not all of them."""
+        metric, data = failing_run(tmp_path, 12)  # 11 rows
+        argv = ["run", "--metric", str(metric), "--data", str(data), *INLINE, "--json"]
+        assert main([*argv, "--output", str(tmp_path / "r.jsonl")]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["n"] == 11
+        assert report["throughput"] * report["wall_s"] == pytest.approx(8)
+
+    def test_a_run_the_check_covered_has_no_rate(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Three examples, all run by the check: no throughput is claimed, by the run
+        or by `report` reading its file."""
+        metric, data = failing_run(tmp_path, 4)  # 3 rows: 1, 2, 4
+        out = tmp_path / "r.jsonl"
+        argv = ["run", "--metric", str(metric), "--data", str(data), *INLINE, "--json"]
+        assert main([*argv, "--output", str(out)]) == 0
+        assert json.loads(capsys.readouterr().out)["throughput"] is None
+        assert main(["report", str(out), "--no-html", "--json"]) == 0
+        summary = json.loads(capsys.readouterr().out)["summary"]
+        assert summary["throughput"] is None and summary["wall_s"] is not None
