@@ -1041,3 +1041,20 @@ class TestTheCheckIsNotInstant:
         assert main(["report", str(out), "--no-html", "--json"]) == 0
         summary = json.loads(capsys.readouterr().out)["summary"]
         assert summary["throughput"] is None and summary["wall_s"] is not None
+
+
+class TestOneNameForOneFigure:
+    def test_run_and_report_name_percentiles_alike(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """The run's table and `report`'s name the metric's percentiles the same way."""
+        metric, data = failing_run(tmp_path, 8)
+        out = tmp_path / "r.jsonl"
+        argv = ["run", "--metric", str(metric), "--data", str(data), "--output", str(out)]
+        assert main([*argv, *INLINE]) == 0
+        run_text = capsys.readouterr().out
+        assert main(["report", str(out), "--no-html"]) == 0
+        report_text = capsys.readouterr().out
+        label = "metric latency p50 / p95 / p99"
+        assert label in run_text and label in report_text
+        assert "time p50" not in run_text + report_text
