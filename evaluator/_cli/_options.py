@@ -148,17 +148,15 @@ def _file(path: str | None, flag: str) -> str | None:
 
 
 def _new_file(path: str | None, dest: str) -> str | None:
-    """``path`` when a file can be written there: not a folder, in a folder that exists."""
+    """``path`` when a file can be written there (``check_output_path``: a regular file or
+    none yet, not a folder, a device or a pipe), in a folder that exists."""
     if path is None:
         return None
-    if "\0" in path:
-        raise ConfigError(
-            f"{path!r} holds a NUL character, which no file name can hold",
-            option=dest,
-            value=path,
-        )
-    if Path(path).is_dir():
+    if "\0" not in path and Path(path).is_dir():
         raise ConfigError(f"{path} is a folder: name a file", option=dest, value=path)
+    from evaluator._outpath import check_output_path
+
+    check_output_path(path, option=dest)
     parent = Path(path).parent
     if not parent.is_dir():
         raise ConfigError(f"{path}: no such folder {str(parent)!r}", option=dest, value=path)
@@ -619,6 +617,7 @@ class RunOptions:
     serving: ServingOptions = ServingOptions()
     json: bool = False
     cache: str | None = None
+    cache_key_files: tuple[str, ...] = ()
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -666,6 +665,14 @@ class RunOptions:
             help="keep results in DIR and take from it the results of examples already run "
             "with the same files, artifact and models (shared by concurrent runs)",
         )
+        parser.add_argument(
+            "--cache-key-file",
+            action="append",
+            default=[],
+            metavar="PATH",
+            help="a file the metric or program reads that the cache key must hold (an edit "
+            "to it runs the examples again); repeat for more",
+        )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Self:
@@ -706,7 +713,16 @@ class RunOptions:
             serving=ServingOptions.from_args(args, _run_models(args)),
             json=args.json,
             cache=_cache_directory(args.cache),
+            cache_key_files=_cache_key_files(args.cache_key_file, args.cache),
         )
+
+
+def _cache_key_files(paths: list[str], cache: str | None) -> tuple[str, ...]:
+    if paths and cache is None:
+        raise ConfigError("adds files to the cache key: add --cache DIR", option="cache_key_file")
+    from evaluator._cache import check_key_files
+
+    return tuple(map(str, check_key_files(paths, option="cache_key_file")))
 
 
 def _cache_directory(path: str | None) -> str | None:
@@ -787,13 +803,9 @@ def _report_file(path: str | None, output: str | None, inputs: list[str | None])
                 option="report",
                 value=path,
             )
-    from evaluator._exceptions import OutputPathError
     from evaluator._outpath import check_output_path
 
-    try:
-        check_output_path(path)
-    except OutputPathError as exc:
-        raise ConfigError(exc.problem, option="report", value=path) from None
+    check_output_path(path, option="report")
     return path
 
 
