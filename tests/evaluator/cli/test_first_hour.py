@@ -432,6 +432,15 @@ def failing_run(tmp_path: Path, n: int = 20) -> tuple[Path, Path]:
     return metric, data
 
 
+def run_failing(tmp_path: Path, n: int) -> Path:
+    """A run of :func:`failing_run`'s files (inline), its results in ``r.jsonl``."""
+    metric, data = failing_run(tmp_path, n)
+    out = tmp_path / "r.jsonl"
+    argv = ["run", "--metric", str(metric), "--data", str(data), "--output", str(out)]
+    assert main([*argv, *INLINE]) == 0
+    return out
+
+
 class TestSomethingToLookAt:
     def test_a_run_without_output_keeps_its_results_under_runs(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -468,10 +477,7 @@ class TestSomethingToLookAt:
     ) -> None:
         """The run's terminal report names the first failures (id, kind, message) and
         the command that lists all of them."""
-        metric, data = failing_run(tmp_path, 30)
-        out = tmp_path / "r.jsonl"
-        argv = ["run", "--metric", str(metric), "--data", str(data), "--output", str(out)]
-        assert main([*argv, *INLINE]) == 0
+        out = run_failing(tmp_path, 30)
         printed = capsys.readouterr().out
         assert "First 5 of 9 failures" in printed
         assert "r6" in printed and "metric_error" in printed
@@ -483,10 +489,7 @@ class TestSomethingToLookAt:
     ) -> None:
         """`report --failures` lists every failure; `--csv` writes one row per result,
         with the error's kind and message."""
-        metric, data = failing_run(tmp_path, 30)
-        out = tmp_path / "r.jsonl"
-        argv = ["run", "--metric", str(metric), "--data", str(data), "--output", str(out)]
-        assert main([*argv, *INLINE]) == 0
+        out = run_failing(tmp_path, 30)
         capsys.readouterr()
         table = tmp_path / "r.csv"
         assert main(["report", str(out), "--no-html", "--failures", "--csv", str(table)]) == 0
@@ -506,10 +509,7 @@ class TestSomethingToLookAt:
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
         """--csv naming the results file itself is a usage error; the file is unchanged."""
-        metric, data = failing_run(tmp_path, 8)
-        out = tmp_path / "r.jsonl"
-        argv = ["run", "--metric", str(metric), "--data", str(data), "--output", str(out)]
-        assert main([*argv, *INLINE]) == 0
+        out = run_failing(tmp_path, 8)
         before = out.read_bytes()
         assert main(["report", str(out), "--no-html", "--csv", str(out)]) == 2
         assert "is the RESULTS file itself" in capsys.readouterr().err
@@ -520,10 +520,7 @@ class TestSomethingToLookAt:
     ) -> None:
         """The results file ends with the run's wall time and throughput; `report` shows
         them (terminal and page), not "not recorded"."""
-        metric, data = failing_run(tmp_path, 12)
-        out = tmp_path / "r.jsonl"
-        argv = ["run", "--metric", str(metric), "--data", str(data), "--output", str(out)]
-        assert main([*argv, *INLINE]) == 0
+        out = run_failing(tmp_path, 12)
         end = json.loads(out.read_text().splitlines()[-1])
         assert end["ended"]["examples"] == 11 and end["ended"]["wall_s"] > 0
         capsys.readouterr()
@@ -1048,10 +1045,7 @@ class TestOneNameForOneFigure:
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
         """The run's table and `report`'s name the metric's percentiles the same way."""
-        metric, data = failing_run(tmp_path, 8)
-        out = tmp_path / "r.jsonl"
-        argv = ["run", "--metric", str(metric), "--data", str(data), "--output", str(out)]
-        assert main([*argv, *INLINE]) == 0
+        out = run_failing(tmp_path, 8)
         run_text = capsys.readouterr().out
         assert main(["report", str(out), "--no-html"]) == 0
         report_text = capsys.readouterr().out
