@@ -48,6 +48,13 @@ def budget_source(stats: GovernorStatistics) -> str:
     return stats.budget_source
 
 
+#: How to give a model its price, in words every front end knows: ``ModelConfig``'s and
+#: a models file's keys; ``run``/``check`` spell them ``--price-input``/``--price-output``
+#: and ``judges`` ``--price MODEL=IN,OUT`` (a note is stored in the results file, which
+#: any of them may show, so it names no one command's flag).
+PRICE_HINT = "give the model a price (price_input/price_output, USD per million tokens)"
+
+
 class Models(msgspec.Struct, frozen=True, kw_only=True):
     """Which model serves which stage; any of them may be missing.
 
@@ -110,7 +117,7 @@ class Meter:
             if self.cost_usd is not None:
                 note = completion.cost_note or f"no price known for model {completion.model!r}"
                 # A missing price is the user's to give; missing or impossible usage is not.
-                fix = "; set --price-input/--price-output" if "price" in note else ""
+                fix = f"; {PRICE_HINT}" if "price" in note else ""
                 self.notes.append(f"cost not measured: {note}{fix}")
             self.cost_usd = None
         elif self.cost_usd is not None:

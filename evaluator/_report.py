@@ -27,7 +27,9 @@ import msgspec
 from ._results import ERROR_KINDS, Observation, Result, Usage
 
 __all__ = [
+    "FAILURES_KEPT",
     "ClusterSummary",
+    "Failure",
     "Latency",
     "ModelBudget",
     "NamedScore",
@@ -35,8 +37,12 @@ __all__ = [
     "ReportBuilder",
     "StageExecution",
     "combine_clusters",
+    "failure_rows",
     "report_rows",
 ]
+
+#: How many failures a report keeps to show (the first ones, in the order they came).
+FAILURES_KEPT = 5
 
 # Latency histogram: buckets of 1 % relative width from 1 µs up; percentiles are read
 # at the bucket's geometric centre, so they are within 0.5 % of the exact value.
@@ -226,6 +232,37 @@ class _CacheTally:
         )
 
 
+class Failure(msgspec.Struct, frozen=True):
+    """One failed example as a report lists it: its id, the error's kind and message."""
+
+    example_id: Any
+    kind: str
+    message: str
+
+    @classmethod
+    def of(cls, result: Result) -> Failure | None:
+        """The failure of ``result``, or None when it scored."""
+        error = result.error
+        return None if error is None else cls(result.example_id, error.kind, error.message)
+
+
+def failure_rows(
+    failures: Iterable[Failure], *, width: int | None = None
+) -> list[tuple[str, str, str]]:
+    """Failures as (id, kind, message) rows; ``width`` puts each message on one line of
+    at most that many characters (the terminal summary); None keeps it whole."""
+    rows: list[tuple[str, str, str]] = []
+    for f in failures:
+        message = f.message.strip()
+        if width is not None:
+            message = " ".join(message.split())
+            if len(message) > width:
+                message = message[: width - 1] + "…"
+        ident = f.example_id if isinstance(f.example_id, str) else repr(f.example_id)
+        rows.append((ident, f.kind, message))
+    return rows
+
+
 class Report(msgspec.Struct, frozen=True, kw_only=True):
     """Counts, means, latency, throughput and cost of one evaluation."""
 
@@ -263,6 +300,8 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     """The Ray cluster's part, for a run with a stage on ``execution="ray"``."""
     cache: CacheSummary | None = None
     """Requested vs executed examples and the cost the cache saved (None: no cache)."""
+    failures: tuple[Failure, ...] = ()
+    """The first failed examples (at most ``FAILURES_KEPT``), in the order they came."""
 
     @property
     def error_count(self) -> int:
@@ -343,14 +382,17 @@ class ReportBuilder:
         self._first_new: float | None = None
         self._new = 0
         self._cache = _CacheTally()
+        self._failures: list[Failure] = []
 
-    def add(self, result: Result, *, resumed: bool = False) -> None:
-        """Count one result. ``resumed``: it came from an earlier run (not in throughput)."""
+    def add(self, result: Result, *, resumed: bool = False, timed: bool = True) -> None:
+        """Count one result. ``resumed``: it came from an earlier run (not in throughput);
+        ``timed`` False: made before the clock started (the contract check's examples),
+        so counted but not in throughput either."""
         self.n += 1
         if resumed:
             self.resumed += 1
         else:
-            self._new += 1
+            self._new += timed
             self._cache.add(result)
         error = result.error
         if error is None:
@@ -363,6 +405,8 @@ class ReportBuilder:
         else:
             self._sum_all += result.score
             self.errors[error.kind] = self.errors.get(error.kind, 0) + 1
+            if len(self._failures) < FAILURES_KEPT:
+                self._failures.append(Failure(result.example_id, error.kind, error.message))
         self._add_program(result.observation)
         if result.metric_ms is not None:
             self._metric.add(result.metric_ms)
@@ -407,10 +451,12 @@ class ReportBuilder:
         else:
             self.judge_cost += judge.cost_usd
 
-    def add_many(self, results: Iterable[Result], *, resumed: bool = False) -> None:
+    def add_many(
+        self, results: Iterable[Result], *, resumed: bool = False, timed: bool = True
+    ) -> None:
         add = self.add
         for result in results:
-            add(result, resumed=resumed)
+            add(result, resumed=resumed, timed=timed)
 
     # The clock is a default argument, bound when the engine is imported: user code in the
     # engine's process that patches time.perf_counter does not change a run's wall time.
@@ -476,6 +522,7 @@ class ReportBuilder:
             model_budgets=model_budgets,
             cluster=cluster,
             cache=self._cache.summary(cache),
+            failures=tuple(self._failures),
         )
 
 
