@@ -297,6 +297,19 @@ class ModelRouter:
         if judge is not None:
             self._judge = clients[judge]
 
+    def in_flight_limit(self, stage: Stage) -> Callable[[], int] | None:
+        """The live in-flight limit of ``stage``'s model (None: the stage has none), for
+        the executor that runs its calls: a stage keeps as many calls going as its model
+        admits, not a fixed number."""
+        client = self._program if stage == "run" else self._judge
+        if client is None:
+            return None
+
+        def limit() -> int:
+            return client.in_flight_limit or client.config.max_concurrency
+
+        return limit
+
     @property
     def port(self) -> ModelPort:
         """``skynet.llm`` and routed SDK calls, for the executors (open the router first)."""
@@ -445,6 +458,12 @@ class ModelRouter:
                     rpm=stats.rpm,
                     tpm=stats.tpm,
                     source=budget_source(stats),
+                    in_flight_start=stats.in_flight_start,
+                    in_flight_limit=stats.in_flight_limit,
+                    in_flight_min=stats.in_flight_min,
+                    in_flight_max=stats.in_flight_max,
+                    in_flight_source=stats.in_flight_source,
+                    in_flight_history=stats.in_flight_history,
                 )
             )
         return tuple(budgets)

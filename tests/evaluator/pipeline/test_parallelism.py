@@ -151,7 +151,7 @@ class TestExecutorSizes:
         (budget,) = budgets
         assert budget.roles == ("program", "judge")
         assert (budget.rpm, budget.tpm, budget.source) == (6000, 2_000_000, "configured")
-        assert budget.describe() == "64 in flight, 6000 rpm, 2e+06 tpm (configured)"
+        assert budget.describe() == "64 in flight (cap 1024), 6000 rpm, 2e+06 tpm (configured)"
 
     @pytest.mark.parametrize("workers", [3, None])
     async def test_process_stage_parallelism_is_its_real_worker_count(
