@@ -10,6 +10,11 @@ in-flight limit from what it measures, between a floor of one and ``cap`` (the c
   see ``_budget.py``): keep in flight what that rate needs at the measured latency,
   ``rate * latency * HEADROOM + SLACK`` (Little's law, with headroom for jitter). More
   would only queue in the governor; fewer would leave the budget unused.
+* Nothing takes the limit below its start (:data:`START`, or the cap when lower): a
+  latency measured by the client includes its own loop's delays, which at tens of
+  milliseconds are noise as large as a server's queueing; injected or random 429s come
+  at any level; and 64 in flight is what every run had before the limit moved. Below
+  it, the governor's budgets and its shared pause on 429 pace the calls, as before.
 * **No rate is known**: additive increase, multiplicative decrease on the server's own
   signals. Latency is measured in *rounds*: a round counts only the replies to requests
   sent since it began, and lasts two latencies (so what it sees is the limit in force,
@@ -62,7 +67,8 @@ class ConcurrencyController:
 
     def __init__(self, cap: int, now: float) -> None:
         self.cap = max(1, cap)
-        self._limit = float(min(START, self.cap))
+        self.floor = min(START, self.cap)
+        self._limit = float(self.floor)
         self.value = int(self._limit)
         self.source: LimitSource = "start"
         self.rate: float | None = None  # requests per second the budgets allow, if known
@@ -83,6 +89,7 @@ class ConcurrencyController:
 
     def set_cap(self, cap: int, now: float) -> None:
         self.cap = max(1, cap)
+        self.floor = min(START, self.cap)
         self._set(min(self._limit, float(self.cap)), self.source, now)
 
     def set_rate(self, rate: float | None, now: float) -> None:
@@ -145,7 +152,7 @@ class ConcurrencyController:
             return  # the rate rules (``_follow_rate``)
         if refused > max(1, self.CUT_429_SHARE * (ok + refused)):
             self._growing = False
-            self._set(self._limit * self.BETA, "adaptive (429s)", now)
+            self._set(max(float(self.floor), self._limit * self.BETA), "adaptive (429s)", now)
             return
         if refused > max(1, self.MAX_429_SHARE * (ok + refused)):
             saturated = False  # no growth while the server refuses
@@ -157,7 +164,8 @@ class ConcurrencyController:
             # queue, is the in-flight level it really serves.
             self._growing = False
             served = delivered / max(duration, 1e-6) * base
-            self._set(min(self._limit, served) * self.DRAIN, "adaptive (latency)", now)
+            drained = max(float(self.floor), min(self._limit, served) * self.DRAIN)
+            self._set(drained, "adaptive (latency)", now)
         elif saturated:
             grown = (
                 self._limit * self.SLOW_START
@@ -168,8 +176,9 @@ class ConcurrencyController:
 
     def _follow_rate(self, now: float) -> None:
         assert self.rate is not None and self.latency is not None
-        needed = self.rate * self.latency * self.HEADROOM + self.SLACK
-        if self.source == "rate x latency" and abs(needed - self._limit) < 0.03 * self._limit:
+        needed = max(float(self.floor), self.rate * self.latency * self.HEADROOM + self.SLACK)
+        near = abs(needed - self._limit) < 0.03 * self._limit
+        if self.source == "rate x latency" and near and needed > self.floor:
             return  # within the latency's own jitter: not worth a change
         self._set(needed, "rate x latency", now)
 

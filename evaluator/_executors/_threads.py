@@ -35,6 +35,7 @@ from ._bridge import LoopBridge
 
 __all__ = [
     "MAX_MODEL_THREADS",
+    "MIN_MODEL_THREADS",
     "InlineExecutor",
     "ThreadExecutor",
     "ThreadExecutorStatistics",
@@ -46,6 +47,10 @@ __all__ = [
 #: follow the model's in-flight limit (``model_limit``), so a pool this large is only
 #: filled when the model admits that many calls at once.
 MAX_MODEL_THREADS = 1024
+#: The calls a model-bound pool takes at once however low its model's in-flight limit
+#: goes (the limit's start): the governor holds the calls past the limit, fairly between
+#: tenants, and the pipeline's gates stay as wide as they were before the limit moved.
+MIN_MODEL_THREADS = 64
 
 
 def pool_size(workers: int | None, model_budget: int | None, concurrency: int | None) -> int:
@@ -241,7 +246,9 @@ class ThreadExecutor:
     @property
     def parallelism(self) -> int:
         limit = self._model_limit
-        return self.workers if limit is None else max(1, min(self.workers, limit()))
+        if limit is None:
+            return self.workers
+        return min(self.workers, max(MIN_MODEL_THREADS, limit()))
 
     @property
     def backlog_s(self) -> float:

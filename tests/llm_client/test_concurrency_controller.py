@@ -90,6 +90,22 @@ class TestWithoutARate:
         cuts = [b for a, b in itertools.pairwise(history) if b[1] < a[1]]
         assert cuts, history
 
+    def test_latency_alone_never_goes_below_the_start(self) -> None:
+        """A server that slows past 32 in flight: the limit probes once past 64, sees the
+        latency rise and comes back to 64, not lower (a client's latency carries its own
+        loop's noise; 64 is what every run had before)."""
+        controller = ConcurrencyController(cap=1024, now=0.0)
+        seen = drive(controller, slows_past(32, 0.3), 20.0)
+        assert min(v for _, v in seen) == 64
+        assert late(seen, 10.0)[0] == 64
+
+    def test_429s_do_not_go_below_the_start(self) -> None:
+        """A server refusing past 30 in flight: the limit backs off from its probe past
+        64 back to 64, not lower (the governor's shared pause paces what is below)."""
+        controller = ConcurrencyController(cap=1024, now=0.0)
+        seen = drive(controller, refuses_past(30, 0.3), 20.0)
+        assert controller.low == 64 and late(seen, 10.0)[-1] == 64
+
     def test_a_few_429s_are_not_congestion(self) -> None:
         """One 429 in a hundred (a provider hiccup, an injected fault) does not stop growth."""
         controller = ConcurrencyController(cap=512, now=0.0)
@@ -128,8 +144,13 @@ class TestWithARate:
         assert controller.value == expected
         assert controller.source == "rate x latency"
         for i in range(400):
-            controller.finished(0.2, 6.0 + i * 0.02)
-        assert controller.value < 20
+            controller.finished(1.5, 6.0 + i * 0.02)
+        # Within the 3% the limit does not move for (latency jitter).
+        expected = 50 * 1.5 * ConcurrencyController.HEADROOM + 2
+        assert abs(controller.value - expected) <= 0.03 * expected + 1
+        for i in range(400):
+            controller.finished(0.05, 20.0 + i * 0.02)
+        assert controller.value == START  # never below where it started
 
     def test_governor_with_a_configured_rpm(self) -> None:
         """rpm configured: the governor's in-flight limit follows rpm/60 x latency."""

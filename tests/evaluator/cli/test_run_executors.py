@@ -4,7 +4,6 @@ and --json) says which executor each stage used, why, and the model budget in fo
 from __future__ import annotations
 
 import json
-import re
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,7 +73,7 @@ class TestModelBoundRun:
             "option": None,
         }
         (budget,) = report["model_budgets"]
-        assert executor["parallelism"] == budget["in_flight_limit"] >= 64
+        assert executor["parallelism"] == max(64, budget["in_flight_limit"])
         assert budget["in_flight_start"] == 64 and budget["in_flight_max"] >= 64
         assert budget["in_flight_source"] in ("start", "adaptive (latency)")
         assert {k: budget[k] for k in ("model", "roles", "max_concurrency", "rpm", "tpm")} == {
@@ -109,12 +108,11 @@ class TestModelBoundRun:
         data = judge_data(tmp_path / "d.jsonl", 6)
         assert main(["run", *judge_args(sim, data), "--rpm", "6000"]) == 0
         out = " ".join(capsys.readouterr().out.split())
-        limit = re.search(r"metric executor │ thread x(\d+): calls skynet.llm \(model-bound\)", out)
-        assert limit is not None, out
-        # The in-flight limit moved from 64 to rate x latency (Little's law), and says so.
+        assert "metric executor │ thread x64: calls skynet.llm (model-bound)" in out
+        # rate x latency needs far fewer than 64 here: the limit stays at its start.
         assert (
-            f"model budget: judge-1 (judge) │ 64 → {limit[1]} in flight (lowest " in out
-            and "cap 1024: rate x latency), 6000 rpm, no tpm limit (configured)" in out
+            "model budget: judge-1 (judge) │ 64 in flight (cap 1024), 6000 rpm, no tpm limit "
+            "(configured)" in out
         ), out
 
 
