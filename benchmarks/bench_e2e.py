@@ -21,6 +21,20 @@ measurement's), at a fixed latency and no rate limit.
    calls in flight (executor statistics sampled every 5 ms: mean and peak), against its
    executor's parallelism.
 
+Three more measure the in-flight limit (``--only slow-judge,no-limit,overload``; not in
+the default run, about 30 s each), the judge streamed through the library, score-only:
+
+5. slow-judge: 2 s latency, a server allowing 3,000 RPM over any 10 s window and saying
+   so in its headers, no limit configured: the steady rate (middle 80% of the results)
+   against the limit, target >= 0.95, where 64 in flight reach at most 0.64.
+6. no-limit: 300 ms latency, no limit anywhere, the server slowing down past 256 in
+   flight: the rate against ``dspy.Evaluate(num_threads=64)`` (``bench_llm_dspy.py``) on
+   a server of its own, target >= 1.5x.
+7. overload: 300 ms latency, the server slowing down past 96 in flight: the in-flight
+   limit over the second half (target: its median <= 96) and the 429 share (< 1%).
+
+Each prints how the limit moved (the report's model budget line) and its last changes.
+
 Figures are ratios from one run; the load average is printed first, since the machine
 may be shared.
 """

@@ -367,7 +367,7 @@ class ThreadExecutor:
         return ThreadExecutorStatistics(
             kind=self.kind,
             stage=self.stage,
-            parallelism=self.workers,
+            parallelism=self.parallelism,
             calls=sum(w.calls for w in self._all),
             timeouts=self._timeouts,
             busy=sum(1 for t in list(self._threads) if t.in_call),
