@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from ._datafile import csv_rows, json_rows, jsonl_rows
+from ._datafile import csv_rows, json_rows, jsonl_rows, too_deep, too_deep_problem
 from ._exceptions import DatasetError
 
 __all__ = ["NO_OUTPUT", "Example", "examples_from_rows", "load_examples"]
@@ -57,19 +57,23 @@ def _row_to_example(
 ) -> Example:
     if isinstance(row, Example):
         return row
+    # A row in memory is named by its position (a file's by its path and line).
+    where = f"row {position}: " if path is None and line is None else ""
     if not isinstance(row, dict):
         raise DatasetError(
             path,
             line,
-            f"row is a {type(row).__name__}, not an object; each row must be a JSON object",
+            f"{where}row is a {type(row).__name__}, not an object; each row must be a JSON object",
         )
+    if where and too_deep(row):  # a file's rows were measured as they were read
+        raise DatasetError(path, line, where + too_deep_problem())
     try:
         example_id = _id_of(row, position)
         if input_cols:
             return _flat_example(row, example_id, input_cols, output_cols)
         return _canonical_example(row, example_id, output_cols)
     except _RowProblem as exc:
-        raise DatasetError(path, line, str(exc)) from None
+        raise DatasetError(path, line, f"{where}{exc}") from None
 
 
 class _RowProblem(Exception):

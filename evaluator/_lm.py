@@ -395,9 +395,11 @@ def check_keys(judge: JudgeModels) -> None:
             continue
         try:
             config.api_key()
-        except ModelConfigError:
+        except ModelConfigError as exc:
+            if exc.value is None:  # no variable named for a server other than OpenAI's
+                raise ConfigError(f"{judge.named_by[field]}: {exc}") from None
             raise ConfigError(
-                f"environment variable {config.api_key_env} is not set; it holds the key of "
+                f"environment variable {exc.value} is not set; it holds the key of "
                 f"model {config.model!r} ({judge.named_by[field]}): export it, give the key "
                 "as dspy.LM(..., api_key=...), or pass simulator= to serve the model locally"
             ) from None

@@ -28,6 +28,7 @@ from llm_client import ModelConfig, Redactor, Share
 from ._context import Stage
 from ._report import ModelBudget
 from ._results import Observation, Usage
+from ._scrub import ResultScrubber
 
 if TYPE_CHECKING:
     from llm_client import GovernorStatistics, ModelClient
@@ -108,7 +109,9 @@ class Meter:
             # One unpriced call makes the total unmeasured: never a silent partial sum.
             if self.cost_usd is not None:
                 note = completion.cost_note or f"no price known for model {completion.model!r}"
-                self.notes.append(f"cost not measured: {note}; set --price-input/--price-output")
+                # A missing price is the user's to give; missing or impossible usage is not.
+                fix = "; set --price-input/--price-output" if "price" in note else ""
+                self.notes.append(f"cost not measured: {note}{fix}")
             self.cost_usd = None
         elif self.cost_usd is not None:
             self.cost_usd += completion.cost_usd
@@ -254,6 +257,8 @@ class ModelRouter:
         # The second line of defence: a model call's exception enters the engine here,
         # and leaves without any key the engine holds (the client redacts it already).
         self._redact = Redactor()
+        #: The keys the run knows, out of every result it makes (evaluator/_scrub.py).
+        self.scrubber = ResultScrubber()
         # OpenTelemetry hook: every metered call is shown to it (evaluator/_telemetry.py).
         self.telemetry: Telemetry | None = None
 
@@ -290,7 +295,9 @@ class ModelRouter:
         for config in configs:
             if config not in clients:  # one client per distinct configuration
                 clients[config] = await self._stack.enter_async_context(ModelClient(config))
-        self._redact = Redactor(c.api_key() for c in clients if c.api_key_env is not None)
+        keys = [c.api_key() for c in clients]  # a KeyedModelConfig's too (no variable)
+        self._redact = Redactor(keys)
+        self.scrubber.know(keys)
         if self.models.program is not None:
             self._program = clients[self.models.program]
         judge = self.models.judge
@@ -309,6 +316,11 @@ class ModelRouter:
             return client.in_flight_limit or client.config.max_concurrency
 
         return limit
+
+    def know_key(self, key: str | None) -> None:
+        """A key a routed SDK call carried: kept out of results like the configured ones."""
+        if key:
+            self.scrubber.know((key,))
 
     @property
     def port(self) -> ModelPort:

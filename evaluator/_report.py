@@ -199,6 +199,9 @@ class CacheSummary(msgspec.Struct, frozen=True, kw_only=True):
     stored: int | None = None
     uncacheable: int | None = None
     disk: str | None = None
+    damaged: int | None = None
+    """Stored values that failed their check (cut short, changed, from another version):
+    run again and replaced."""
 
 
 class _CacheTally:
@@ -246,6 +249,7 @@ class _CacheTally:
             stored=getattr(stats, "stored", None),
             uncacheable=getattr(stats, "uncacheable", None),
             disk=getattr(stats, "disk", None),
+            damaged=getattr(stats, "damaged", None),
         )
 
 

@@ -45,6 +45,7 @@ __all__ = [
 EXECUTIONS = ("process", "thread", "async", "inline", "ray")
 DEFAULT_TIMEOUT = 60.0
 OPENAI_BASE_URL = "https://api.openai.com/v1"
+OPENAI_KEY_ENV = "OPENAI_API_KEY"
 _NEEDS_A_MODEL = "add --model, --metric-model or --reflection-model"
 
 
@@ -144,17 +145,15 @@ def _file(path: str | None, flag: str) -> str | None:
 
 
 def _new_file(path: str | None, dest: str) -> str | None:
-    """``path`` when a file can be written there: not a folder, in a folder that exists."""
+    """``path`` when a file can be written there (``check_output_path``: a regular file or
+    none yet, not a folder, a device or a pipe), in a folder that exists."""
     if path is None:
         return None
-    if "\0" in path:
-        raise ConfigError(
-            f"{path!r} holds a NUL character, which no file name can hold",
-            option=dest,
-            value=path,
-        )
-    if Path(path).is_dir():
+    if "\0" not in path and Path(path).is_dir():
         raise ConfigError(f"{path} is a folder: name a file", option=dest, value=path)
+    from evaluator._outpath import check_output_path
+
+    check_output_path(path, option=dest)
     parent = Path(path).parent
     if not parent.is_dir():
         raise ConfigError(f"{path}: no such folder {str(parent)!r}", option=dest, value=path)
@@ -305,6 +304,9 @@ class ServingOptions:
 
     models: tuple[ModelRequest, ...] = ()
     api_key_env: str | None = "OPENAI_API_KEY"
+    #: True when ``--api-key-env`` was not given: the variable is then OpenAI's, and its
+    #: key goes to OpenAI's base URL only (a model at another is refused by the serving step).
+    default_key_env: bool = False
     rpm: float | None = None
     tpm: float | None = None
     simulator: SimulatorConfig | None = None
@@ -318,7 +320,8 @@ class ServingOptions:
             _zero_or_more(request.price_output, "price_output")
         return cls(
             models=tuple(models),
-            api_key_env=_key_env(args.api_key_env),
+            api_key_env=_key_env(OPENAI_KEY_ENV if args.api_key_env is None else args.api_key_env),
+            default_key_env=args.api_key_env is None,
             rpm=args.rpm,
             tpm=args.tpm,
             simulator=_simulator_config(args.simulator),
@@ -438,6 +441,7 @@ class RunOptions:
     serving: ServingOptions = ServingOptions()
     json: bool = False
     cache: str | None = None
+    cache_key_files: tuple[str, ...] = ()
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -503,6 +507,14 @@ class RunOptions:
             help="keep results in DIR and take from it the results of examples already run "
             "with the same files, artifact and models (shared by concurrent runs)",
         )
+        parser.add_argument(
+            "--cache-key-file",
+            action="append",
+            default=[],
+            metavar="PATH",
+            help="a file the metric or program reads that the cache key must hold (an edit "
+            "to it runs the examples again); repeat for more",
+        )
 
     @staticmethod
     def _add_model_arguments(models: Any) -> None:
@@ -514,10 +526,9 @@ class RunOptions:
         models.add_argument("--reflection-base-url", help="base URL of --reflection-model")
         models.add_argument(
             "--api-key-env",
-            default="OPENAI_API_KEY",
             metavar="VAR",
-            help="environment variable holding the API key (default OPENAI_API_KEY); "
-            "'none' for a server without keys",
+            help="environment variable holding the API key of every model given (default "
+            "OPENAI_API_KEY, sent only to OpenAI's base URL); 'none' for a server without keys",
         )
         models.add_argument("--rpm", type=float, help="requests per minute per model")
         models.add_argument("--tpm", type=float, help="tokens per minute per model")
@@ -572,7 +583,16 @@ class RunOptions:
             serving=ServingOptions.from_args(args, _run_models(args)),
             json=args.json,
             cache=_cache_directory(args.cache),
+            cache_key_files=_cache_key_files(args.cache_key_file, args.cache),
         )
+
+
+def _cache_key_files(paths: list[str], cache: str | None) -> tuple[str, ...]:
+    if paths and cache is None:
+        raise ConfigError("adds files to the cache key: add --cache DIR", option="cache_key_file")
+    from evaluator._cache import check_key_files
+
+    return tuple(map(str, check_key_files(paths, option="cache_key_file")))
 
 
 def _cache_directory(path: str | None) -> str | None:
@@ -625,13 +645,9 @@ def _report_file(path: str | None, output: str | None, inputs: list[str | None])
                 option="report",
                 value=path,
             )
-    from evaluator._exceptions import OutputPathError
     from evaluator._outpath import check_output_path
 
-    try:
-        check_output_path(path)
-    except OutputPathError as exc:
-        raise ConfigError(exc.problem, option="report", value=path) from None
+    check_output_path(path, option="report")
     return path
 
 

@@ -202,9 +202,11 @@ async def _main(
             ray_address=options.ray_address,
             models=_models(configs, serving.simulator_url),
             cache=options.cache,
+            cache_key_files=options.cache_key_files,
         ) as ev,
     ):
         plan.builder.failure_score = ev.failure_score
+        _cache_note(ev)
         checked: list[Result] = []
         if not await _check(ev, options, plan.first, out, checked):
             out.print("[red]Contract check failed[/red]: the run did not start.")
@@ -234,6 +236,24 @@ async def _main(
         print(f"skynet-eval run: error: {incomplete}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK if ending.write_error is None and page_ok else EXIT_FAILED
+
+
+def _cache_note(ev: Evaluator) -> None:
+    """With a cache: what its key holds beside the metric and program, and what not."""
+    files = ev.cache_key_files
+    if files is None:
+        return
+    from evaluator._cache import NOT_KEYED
+
+    held = ", ".join(str(p) for p in files[:8]) + (
+        f" and {len(files) - 8:,} more" if len(files) > 8 else ""
+    )
+    print(
+        f"skynet-eval run: note: the cache key holds the metric and program files"
+        f"{', and ' + held if files else ''}, the artifact, each example and the model "
+        f"settings; not {NOT_KEYED} (add such files with --cache-key-file PATH)",
+        file=sys.stderr,
+    )
 
 
 def _models(configs: dict[str, ModelConfig], simulator_url: str | None) -> Models | None:

@@ -44,6 +44,8 @@ class Serving:
             request.role: _config(request, key_env, options) for request in options.models
         }
         if self.simulator is None:
+            if options.default_key_env:
+                _check_default_key(options.models)
             _check_keys(self.configs.values())
 
     @asynccontextmanager
@@ -83,6 +85,27 @@ def _config(request: ModelRequest, key_env: str | None, options: ServingOptions)
         if value is not None:  # unset: the ModelConfig default
             fields[name] = value
     return ModelConfig(**fields)
+
+
+_URL_FLAGS = {
+    "program": "base_url",
+    "metric": "metric_base_url",
+    "reflection": "reflection_base_url",
+}
+
+
+def _check_default_key(models: Iterable[ModelRequest]) -> None:
+    """No --api-key-env given: OpenAI's key goes to OpenAI's base URL and nowhere else."""
+    from evaluator._judges._spec import default_key_elsewhere
+
+    for request in models:
+        if request.base_url is None:
+            continue
+        refusal = default_key_elsewhere(
+            _URL_FLAGS.get(request.role, "base_url"), request.base_url, request.model
+        )
+        if refusal is not None:
+            raise refusal
 
 
 def _check_keys(configs: Iterable[ModelConfig]) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from .._exceptions import ConfigError
+from .._outpath import check_output_path
 from ._build import build_report, write_file
 from ._load import load_results_file
 
@@ -62,6 +63,7 @@ def _check(results: str, baseline: str | None, html: Path | None, tolerance: flo
             )
     if html.exists() and html.is_dir():
         raise ConfigError(f"--html {html} is a directory; give a file name such as report.html")
+    check_output_path(html, option="html")
 
 
 def report_command(
@@ -101,7 +103,7 @@ def report_command(
         tolerance=tolerance,
     )
     if target is not None:
-        write_file(built.html, target)
+        write_file(built.html, target, option="html")
         built.path = target
     reasons = regression_reasons(built) if fail_on_regression else []
     if json:

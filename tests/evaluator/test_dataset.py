@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from evaluator import DatasetError, Example, load_examples
+from evaluator._datafile import MAX_DEPTH
 from evaluator._dataset import NO_OUTPUT, examples_from_rows
 
 
@@ -149,6 +150,30 @@ class TestRows:
         """Duplicate ids in memory are refused with the row position."""
         with pytest.raises(DatasetError, match="row 1: duplicate id 'a'"):
             list(examples_from_rows([{"id": "a", "input": {}}, {"id": "a", "input": {}}]))
+
+    @pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 5_000])
+    def test_rows_nested_too_deep_are_refused_with_the_position(self, depth: int) -> None:
+        """A row in memory nested past the limit (what a service parses from a request)
+        is a DatasetError naming its position and the fix, not a RecursionError later in
+        a copy or a pickle; one at the limit is an example."""
+        value: Any = 1
+        for _ in range(depth - 2):  # the row and its input are two levels
+            value = [value]
+        rows = [{"input": {}}, {"input": {"x": value}}]
+        with pytest.raises(DatasetError, match=f"row 1: the row is nested more than {MAX_DEPTH}"):
+            list(examples_from_rows(rows))
+        ok: Any = 1
+        for _ in range(MAX_DEPTH - 2):
+            ok = [ok]
+        assert len(list(examples_from_rows([{"input": {"x": ok}}]))) == 1
+
+    def test_bad_rows_in_memory_name_their_position(self) -> None:
+        """A row in memory that is not an object, or has a bad id, is named by its
+        position (it has no file line)."""
+        with pytest.raises(DatasetError, match="row 1: row is a list"):
+            list(examples_from_rows([{"input": {}}, [1]]))
+        with pytest.raises(DatasetError, match="row 2: 'id' is a float"):
+            list(examples_from_rows([{"input": {}}, {"input": {}}, {"id": 1.5, "input": {}}]))
 
 
 class TestFileRules:

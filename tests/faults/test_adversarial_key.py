@@ -402,6 +402,7 @@ def test_a_real_run_leaves_the_key_nowhere(
             sys.executable, "-m", "evaluator", "run",
             "--metric", str(tmp_path / "metric.py"), "--data", str(data),
             "--metric-model", "m", "--base-url", f"http://127.0.0.1:{server.port}/v1",
+            "--api-key-env", "OPENAI_API_KEY",
             "--price-input", "0", "--price-output", "0",
             "--output", str(out), "--report", str(page), "--json", "--timeout", "30",
         ]  # fmt: skip

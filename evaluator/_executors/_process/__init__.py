@@ -13,6 +13,8 @@ One module per job (see ``docs/architecture/process.md``):
 - ``_zygote``: the fork server's own loop (what runs in the fork server process);
 - ``_channel``: the engine's end of one worker's socket (framing, ``add_reader``);
 - ``_wire``: the protocol both sides share (frames, message kinds, shared state slots);
+- ``_cut``: the calls a stalled worker gives up, agreed under a lock with its claim of
+  each call it begins (both sides);
 - ``_child``: the worker's own main loop (what runs in the worker process);
 - ``_relay``: ``skynet.llm`` from workers, relayed to the engine's model client, and the
   replies kept for replay.

@@ -308,7 +308,8 @@ class TestJudgesOptions:
 
     def test_models_with_their_prices(self) -> None:
         """Each model is one request at --base-url, with its own --price when given."""
-        got = options([*JUDGE[:-1], "a, b", "--base-url", "http://h/v1", "--price", "b=1,2"])
+        flags = ["--base-url", "http://h/v1", "--api-key-env", "OPENAI_API_KEY"]
+        got = options([*JUDGE[:-1], "a, b", *flags, "--price", "b=1,2"])
         assert isinstance(got, JudgesOptions)
         assert [(j.label, j.model, j.base_url) for j in got.judges] == [
             ("a", "a", "http://h/v1"),
