@@ -458,7 +458,7 @@ def main() -> None:
     if "no-limit" in chosen:
         bench_no_limit(*((1000, 300) if args.smoke else (6000, 3000)), 300.0, 256)
     if "overload" in chosen:
-        bench_overload(1000 if args.smoke else 5000, 300.0, 96)
+        bench_overload(2000 if args.smoke else 5000, 300.0, 96)
 
 
 if __name__ == "__main__":
