@@ -311,6 +311,19 @@ class ModelRouter:
         if judge is not None:
             self._judge = clients[judge]
 
+    def in_flight_limit(self, stage: Stage) -> Callable[[], int] | None:
+        """The live in-flight limit of ``stage``'s model (None: the stage has none), for
+        the executor that runs its calls: a stage keeps as many calls going as its model
+        admits, not a fixed number."""
+        client = self._program if stage == "run" else self._judge
+        if client is None:
+            return None
+
+        def limit() -> int:
+            return client.in_flight_limit or client.config.max_concurrency
+
+        return limit
+
     def know_key(self, key: str | None) -> None:
         """A key a routed SDK call carried: kept out of results like the configured ones."""
         if key:
@@ -464,6 +477,12 @@ class ModelRouter:
                     rpm=stats.rpm,
                     tpm=stats.tpm,
                     source=budget_source(stats),
+                    in_flight_start=stats.in_flight_start,
+                    in_flight_limit=stats.in_flight_limit,
+                    in_flight_min=stats.in_flight_min,
+                    in_flight_max=stats.in_flight_max,
+                    in_flight_source=stats.in_flight_source,
+                    in_flight_history=stats.in_flight_history,
                 )
             )
         return tuple(budgets)

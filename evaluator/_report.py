@@ -101,20 +101,47 @@ class ModelBudget(msgspec.Struct, frozen=True, kw_only=True):
     roles: tuple[str, ...]
     """What the model served: "program", "judge" (one model may serve both)."""
     max_concurrency: int
+    """The cap on requests in flight (the model's ``max_concurrency``)."""
     rpm: float | None
     tpm: float | None
     source: str
     """ "configured", "learned from headers", "adaptive (429s)" or "none" (no rpm/tpm)."""
+    in_flight_start: int | None = None
+    """The in-flight limit the model started with (None: not known)."""
+    in_flight_limit: int | None = None
+    """The in-flight limit at the end: the budget's rate times the measured latency, or
+    what adaptive growth and back-off reached (``in_flight_source`` says which)."""
+    in_flight_min: int | None = None
+    in_flight_max: int | None = None
+    in_flight_source: str | None = None
+    """ "start", "rate x latency", "adaptive (latency)" or "adaptive (429s)"."""
+    in_flight_history: tuple[tuple[float, int], ...] = ()
+    """(seconds since the model's client opened, limit) at its changes, thinned to a few."""
 
     def describe(self) -> str:
-        """``"64 in flight, 600 rpm, no tpm limit (configured)"``."""
+        """``"64 → 124 in flight (lowest 64, highest 124, cap 1024: rate x latency),
+        3000 rpm, no tpm limit (learned from headers)"``."""
         if self.rpm is None and self.tpm is None:
             limits = "no rpm/tpm limit"
         else:
             rpm = "no rpm limit" if self.rpm is None else f"{self.rpm:g} rpm"
             tpm = "no tpm limit" if self.tpm is None else f"{self.tpm:g} tpm"
             limits = f"{rpm}, {tpm}"
-        return f"{self.max_concurrency} in flight, {limits} ({self.source})"
+        return f"{self.describe_in_flight()}, {limits} ({self.source})"
+
+    def describe_in_flight(self) -> str:
+        """How the in-flight limit moved: ``"64 → 124 in flight (lowest 64, highest 124,
+        cap 1024: rate x latency)"``, or ``"64 in flight (cap 1024)"`` when it stayed."""
+        start, end = self.in_flight_start, self.in_flight_limit
+        cap = self.max_concurrency
+        if start is None or end is None:
+            return f"{cap} in flight"
+        low = self.in_flight_min if self.in_flight_min is not None else min(start, end)
+        high = self.in_flight_max if self.in_flight_max is not None else max(start, end)
+        if low == high:
+            return f"{end} in flight (cap {cap})"
+        why = f": {self.in_flight_source}" if self.in_flight_source else ""
+        return f"{start} → {end} in flight (lowest {low}, highest {high}, cap {cap}{why})"
 
 
 class ClusterSummary(msgspec.Struct, frozen=True, kw_only=True):

@@ -1092,6 +1092,20 @@ class SimulatorOptions:
             help="answer 429s bare and send no x-ratelimit-* headers (a server that gives "
             "no hints, to measure a client's adaptation)",
         )
+        p.add_argument(
+            "--capacity",
+            type=int,
+            default=None,
+            metavar="N",
+            help="requests served at once at the set latency; past it, replies slow down "
+            "in proportion (or are refused: --over-capacity 429)",
+        )
+        p.add_argument(
+            "--over-capacity",
+            choices=("slow", "429"),
+            default="slow",
+            help="what a request past --capacity gets (default: slow)",
+        )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Self:
@@ -1115,6 +1129,8 @@ class SimulatorOptions:
             models={name: ModelSettings(**kw) for name, kw in args.models},
             api_key=args.api_key,
             rate_limit_headers=args.rate_limit_headers,
+            capacity=args.capacity,
+            over_capacity=args.over_capacity,
             **faults,
         )
         return cls(config=config)

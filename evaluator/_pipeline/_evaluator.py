@@ -59,10 +59,9 @@ __all__ = [
 ]
 
 #: The calls in flight a model-bound function may keep when its model is not known
-#: (an SDK with its own base URL): the model client's default ``max_concurrency``.
-DEFAULT_MODEL_BUDGET: int = next(
-    f.default for f in msgspec.structs.fields(ModelConfig) if f.name == "max_concurrency"
-)
+#: (an SDK with its own base URL): the model client's starting in-flight limit. A stage
+#: with a known model follows that model's live limit instead (``model_limit``).
+DEFAULT_MODEL_BUDGET: int = 64
 
 
 class EvaluatorStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -240,7 +239,8 @@ class Evaluator:
     executor ("process", "thread", "async", "inline", "ray"); by default the module's
     ``EXECUTION``, else ``async`` for ``async def``, ``thread`` for a sync function that
     calls a model (``skynet.llm``, openai, litellm, dspy, anthropic), with as many
-    threads as the stage's model budget (its ``max_concurrency``, else 64), ``process``
+    threads as the stage's model admits in flight (its governor's in-flight limit, which
+    follows the budget and the measured latency up to ``max_concurrency``), ``process``
     for any other. ``workers`` sizes the thread pool or the worker processes;
     ``concurrency`` bounds the examples in flight (and the calls at once of every
     executor). ``models`` chooses the program, metric and reflection models for
@@ -397,6 +397,7 @@ class Evaluator:
             memory_limit_mb=self.memory_limit_mb,
             llm_handler=handler,
             ray_address=self.ray_address,
+            model_limit=router.in_flight_limit(stage),
         )
         return open_executor(fn, stage, choice.kind, options)
 
