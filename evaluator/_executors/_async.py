@@ -44,10 +44,11 @@ from .. import _failures as failures
 from .._aio import shielded
 from .._calls import LONG_STEP_NS, Call, LLMHandler, LoopTime, Outcome, Steps, invoke_async
 from .._context import Stage
+from .._kinds import ExecutionKind
 from .._loader import UserFunction
 from .._options import validate_count
 from .._results import ErrorInfo
-from ._base import ExecutionKind, ExecutorStatistics, Progress, check_executor
+from ._base import ExecutorStatistics, Progress, check_executor
 from ._bridge import LoopBridge
 
 __all__ = ["ASYNC_CONCURRENCY", "AsyncExecutor", "AsyncExecutorStatistics"]

@@ -20,20 +20,20 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, Self
+from typing import Any, Protocol, Self
 
 import msgspec
 
 from .._calls import Call, LLMHandler, Outcome
 from .._context import Stage
 from .._exceptions import ConfigError
+from .._kinds import ExecutionKind, refusal
 from .._loader import UserFunction
 from .._options import validate_count, validate_ray_address, validate_timeout
 
 __all__ = [
     "MAX_THREADS",
     "PROCESSES_PER_CORE",
-    "ExecutionKind",
     "Executor",
     "ExecutorOptions",
     "ExecutorStatistics",
@@ -49,8 +49,6 @@ PROCESSES_PER_CORE = 8
 #: Threads at most: enough for a model-bound stage's concurrency, far from the point
 #: where the operating system refuses to start one.
 MAX_THREADS = 4096
-
-ExecutionKind = Literal["process", "thread", "async", "inline", "ray"]
 
 #: ``progress(k)``: ``k`` more calls of a running submit have their outcomes. Called on
 #: the event loop, before the submit returns, never for more calls than it has; the
@@ -83,7 +81,7 @@ class Executor(Protocol):
 
     @property
     def kind(self) -> ExecutionKind:
-        """Where calls run: "async", "thread", "inline", "process" or "ray"."""
+        """Where calls run: one of :data:`evaluator._kinds.EXECUTIONS`."""
         ...
 
     @property
@@ -163,26 +161,16 @@ class ExecutorOptions:
 
 
 def check_executor(fn: UserFunction, stage: Any, kind: ExecutionKind, timeout: Any) -> float:
-    """Refuse a stage, a function or a timeout that ``kind`` cannot run; the timeout.
+    """Refuse a stage, a function or a timeout that ``kind`` cannot run (the function:
+    :func:`evaluator._kinds.refusal`, as the Evaluator's choice does); the timeout.
 
     Raises :class:`ConfigError` naming the parameter, the value and the fix.
     """
     if stage not in ("run", "score"):
         raise ConfigError(f"must be 'run' or 'score', got {stage!r}", option="stage", value=stage)
-    if fn.is_async and kind != "async":
-        raise ConfigError(
-            f"is {kind!r} but `{fn.name}` in {fn.path} is `async def`: an async function is "
-            "awaited on the event loop; use 'async'",
-            option="execution",
-            value=kind,
-        )
-    if not fn.is_async and kind == "async":
-        raise ConfigError(
-            f"is 'async' but `{fn.name}` in {fn.path} is a plain `def`; define it with "
-            "`async def`, or use 'thread', 'process' or 'inline'",
-            option="execution",
-            value=kind,
-        )
+    problem = refusal(fn, kind)
+    if problem is not None:
+        raise ConfigError(problem, option="execution", value=kind)
     return validate_timeout(timeout, "timeout", upper=None)
 
 

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from typing import get_args
-
 from .._context import Stage
 from .._exceptions import ConfigError
+from .._kinds import refusal
 from .._loader import UserFunction
 from ._async import ASYNC_CONCURRENCY, AsyncExecutor
-from ._base import ExecutionKind, Executor, ExecutorOptions
+from ._base import Executor, ExecutorOptions
 from ._threads import InlineExecutor, ThreadExecutor
 
 __all__ = ["open_executor"]
-
-KINDS: tuple[str, ...] = get_args(ExecutionKind)
 
 
 def open_executor(
@@ -24,6 +21,9 @@ def open_executor(
     Raises :class:`ConfigError` for an unknown kind, a function the kind cannot run
     (an ``async def`` anywhere but "async", a plain ``def`` there) or a bad option.
     """
+    problem = refusal(fn, execution)
+    if problem is not None:
+        raise ConfigError(problem, option="execution", value=execution)
     if execution == "async":
         return AsyncExecutor(
             fn,
@@ -70,8 +70,4 @@ def open_executor(
             memory_limit_mb=options.memory_limit_mb,
             address=options.ray_address,
         )
-    raise ConfigError(
-        f"must be one of {', '.join(map(repr, KINDS))}, got {execution!r}",
-        option="execution",
-        value=execution,
-    )
+    raise AssertionError(f"no executor for the kind {execution!r}")  # refusal() lists them

@@ -28,9 +28,10 @@ from .. import _failures as failures
 from .._aio import shielded
 from .._calls import Call, LLMHandler, Outcome, SyncInvoker
 from .._context import Stage
+from .._kinds import ExecutionKind
 from .._loader import UserFunction
 from .._options import validate_count
-from ._base import ExecutionKind, ExecutorStatistics, Progress, check_executor, check_workers
+from ._base import ExecutorStatistics, Progress, check_executor, check_workers
 from ._bridge import LoopBridge
 
 __all__ = [

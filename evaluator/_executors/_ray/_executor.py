@@ -53,11 +53,12 @@ from ... import _failures as failures
 from ..._aio import shielded
 from ..._calls import Call, LLMHandler, Outcome
 from ..._context import Stage
+from ..._kinds import ExecutionKind
 from ..._loader import UserFunction
 from ..._options import validate_count, validate_ray_address
 from ..._report import ClusterSummary
 from ..._results import ErrorInfo
-from .._base import ExecutionKind, ExecutorStatistics, Progress, check_executor
+from .._base import ExecutorStatistics, Progress, check_executor
 from .._process._queue import MAX_ATTEMPTS, Job, Segment, WorkQueue
 from .._process._relay import answer
 from .._process._wire import PICKLE_PROTOCOL, WireOutcome, call_row
