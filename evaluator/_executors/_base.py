@@ -13,6 +13,12 @@ executor that can tells the pipeline, while a submit runs, how many of its calls
 done (:data:`Progress`): a submit held up by one slow call (a hang waiting out its
 timeout) then stops counting its finished calls as work in progress, and the pipeline
 gives the idle workers more.
+
+Every executor derives from :class:`ExecutorBase`, which holds what they share: the
+checks of the function, stage and timeout, the lifetime (entered once, used while open,
+closed once; a failed opening closes again) and the defaults of :attr:`Executor.backlog_s`
+and :attr:`Executor.idle`, and how the factory builds one from :class:`ExecutorOptions`.
+Each kind adds its own ``_open``, ``_close``, ``submit`` and ``statistics``.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Self
+from typing import Any, ClassVar, Literal, Protocol, Self, TypeVar
 
 import msgspec
 
@@ -35,6 +41,7 @@ __all__ = [
     "MAX_THREADS",
     "PROCESSES_PER_CORE",
     "Executor",
+    "ExecutorBase",
     "ExecutorOptions",
     "ExecutorStatistics",
     "Progress",
@@ -158,6 +165,95 @@ class ExecutorOptions:
         validate_count(self.max_calls_per_worker, "max_calls_per_worker")
         validate_count(self.memory_limit_mb, "memory_limit_mb")
         validate_ray_address(self.ray_address)
+
+
+#: Where an executor is in its lifetime: never reopened once closed.
+Lifetime = Literal["new", "open", "closed"]
+_S = TypeVar("_S", bound=ExecutorStatistics)
+
+
+class ExecutorBase:
+    """What every executor shares: the checked function, stage and timeout, and the
+    lifetime of an ``async with`` object that refuses to reopen.
+
+    A subclass sets :attr:`kind` and :attr:`OPTIONS`, implements ``submit`` and
+    ``statistics``, and overrides the ``_open`` and ``_close`` hooks (and
+    :attr:`backlog_s`, :attr:`idle`) where it needs to. ``_open`` runs with the
+    executor already open; if it raises, ``_close`` runs before the error goes on.
+    ``_close`` runs once, for an executor that was opened, however often it is exited.
+    """
+
+    kind: ClassVar[ExecutionKind]
+    #: The fields of :class:`ExecutorOptions` its constructor takes, by the same names,
+    #: beside ``timeout``.
+    OPTIONS: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, fn: UserFunction, stage: Stage, timeout: Any) -> None:
+        self.timeout = check_executor(fn, stage, self.kind, timeout)
+        self.fn = fn
+        self.stage: Stage = stage
+        self._state: Lifetime = "new"
+
+    @classmethod
+    def from_options(cls, fn: UserFunction, stage: Stage, options: ExecutorOptions) -> Self:
+        """The executor for ``fn`` in ``stage`` with the options it uses (:attr:`OPTIONS`):
+        the factory's way to build one."""
+        taken = {name: getattr(options, name) for name in cls.OPTIONS}
+        return cls(fn, stage, timeout=options.timeout, **taken)
+
+    @property
+    def parallelism(self) -> int:
+        """How many calls it runs at once (see :class:`Executor`)."""
+        raise NotImplementedError
+
+    @property
+    def backlog_s(self) -> float:
+        """0: a call starts within microseconds of its submit (see :class:`Executor`)."""
+        return 0.0
+
+    @property
+    def idle(self) -> bool:
+        """False: the in-flight bound keeps a large parallelism fed (see :class:`Executor`)."""
+        return False
+
+    async def __aenter__(self) -> Self:
+        if self._state != "new":
+            raise RuntimeError(
+                f"a {type(self).__name__} can be entered only once; create a new one for a new run"
+            )
+        self._state = "open"
+        try:
+            await self._open()
+        except BaseException:
+            await self.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        opened = self._state == "open"
+        self._state = "closed"
+        if opened:
+            await self._close()
+
+    async def _open(self) -> None:
+        """Start what the executor needs, inside the running loop."""
+
+    async def _close(self) -> None:
+        """Stop and release everything it started; no call may be left running."""
+
+    def _snapshot(self, cls: type[_S], **fields: Any) -> _S:
+        """A statistics struct of ``cls``: the fields every kind has, and ``fields``."""
+        return cls(kind=self.kind, stage=self.stage, parallelism=self.parallelism, **fields)
+
+    def _check_open(self) -> None:
+        """Refuse a submit before ``async with`` or after the block."""
+        if self._state != "open":
+            name = type(self).__name__
+            raise RuntimeError(
+                f"the {name} is closed"
+                if self._state == "closed"
+                else f"enter the {name} with `async with` before submitting"
+            )
 
 
 def check_executor(fn: UserFunction, stage: Any, kind: ExecutionKind, timeout: Any) -> float:
