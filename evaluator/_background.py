@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
+from ._exceptions import EngineClosedError
 from ._lm import served
 from ._models import Meter, ModelRouter, Models
 from ._results import Usage
@@ -31,13 +32,9 @@ from ._results import Usage
 if TYPE_CHECKING:
     from llm_client import SimulatorConfig
 
-__all__ = ["BackgroundEngine", "EngineClosedError"]
+__all__ = ["BackgroundEngine"]
 
 logger = logging.getLogger("evaluator.engine")
-
-
-class EngineClosedError(RuntimeError):
-    """A model call reached an engine that is closed (or closed while the call waited)."""
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
