@@ -47,25 +47,6 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return factory
 
 
-def _merge(total: Meter, meter: Meter) -> None:
-    """Add one call's meter to the running total; one unpriced call makes the cost None."""
-    total.calls += meter.calls
-    total.input_tokens += meter.input_tokens
-    total.output_tokens += meter.output_tokens
-    total.cached_tokens += meter.cached_tokens
-    total.reasoning_tokens += meter.reasoning_tokens
-    total.queued_ms += meter.queued_ms
-    total.retries += meter.retries
-    total.rate_limited += meter.rate_limited
-    if meter.cost_usd is None:
-        total.cost_usd = None
-    elif total.cost_usd is not None:
-        total.cost_usd += meter.cost_usd
-    for note in meter.notes:
-        if note not in total.notes:
-            total.notes.append(note)
-
-
 class BackgroundEngine:
     """A metric's ``skynet.llm`` calls served by one model router on a loop in a thread.
 
@@ -280,7 +261,7 @@ class BackgroundEngine:
         if meter is None:
             return None
         with self._totals_lock:
-            _merge(self._total, meter)
+            self._total.merge(meter)
         return meter.usage()
 
     def usage(self) -> Usage:
