@@ -41,7 +41,7 @@ import msgspec
 from llm_client._fair import sharing
 
 from .._context import Stage
-from . import _audit, _intercept
+from . import _audit, _environ, _intercept, _owner
 from ._request import SDKRequest
 
 if TYPE_CHECKING:
@@ -96,16 +96,29 @@ class Gateway:
         self._stack = contextlib.AsyncExitStack()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._open = False
+        self._route: Any = None
+        self._sealed = False
         self.routed = 0
 
     async def __aenter__(self) -> Gateway:
+        from .._executors._bridge import LoopBridge
+
         await self._stack.__aenter__()
         _intercept.activate()
         _audit.activate()
+        _owner.activate()
+        loop = asyncio.get_running_loop()
+        port = ModelPort(self._router, self)
+        self._route = _owner.open_route(
+            lambda stage: LoopBridge(loop, port, _owner.UNATTRIBUTED, stage)
+        )
         if self._route_to is not None:
             parts = urlsplit(self._route_to)
             if parts.hostname:
-                _audit.except_address(parts.hostname, parts.port or 80)
+                _audit.seal(parts.hostname, parts.port or 80)
+                self._sealed = True
+            # What the processes user code starts inherit: no key, the simulator.
+            self._stack.enter_context(_environ.simulated(self._route_to))
         self._open = True
         return self
 
@@ -121,8 +134,13 @@ class Gateway:
         if not self._open:
             return
         self._open = False
+        _owner.close_route(self._route)
+        _owner.deactivate()
         _intercept.deactivate()
         _audit.deactivate()
+        if self._sealed:
+            self._sealed = False
+            _audit.unseal()
         tasks = [t for t in self._tasks if not t.done()]
         for task in tasks:
             task.cancel()
@@ -141,6 +159,9 @@ class Gateway:
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
+        if token == _owner.UNATTRIBUTED:
+            # Marked before it is sent: a failed or cancelled call was made all the same.
+            self._router.mark_unattributed(stage, _unattributed(request))
         try:
             with _audit.engine_io(), sharing(self._router.share_of(token)):
                 return await self._forward(token, stage, request)
@@ -234,7 +255,18 @@ class Gateway:
     def note_bypass(self, token: int, stage: Stage, what: str) -> None:
         """``what`` went around the metered paths in call ``token``: its cost, and every
         later example's of that stage, is unmeasured."""
-        self._router.mark_unmeasured(token, stage, what)
+        if token == _owner.UNATTRIBUTED:
+            self._router.mark_unattributed(stage, f"{what}, from a thread user code started")
+        else:
+            self._router.mark_unmeasured(token, stage, what)
+
+
+def _unattributed(request: SDKRequest) -> str:
+    parts = urlsplit(request.url)
+    return (
+        f"a model call ({request.method} {parts.hostname or ''}{parts.path}) from a thread "
+        "that user code started, which the engine cannot tie to one example"
+    )
 
 
 class ModelPort:

@@ -58,7 +58,7 @@ from ..._options import validate_count
 from .._base import ExecutionKind, ExecutorStatistics, Progress, check_executor, check_workers
 from ._pool import Pool, Worker, WorkerExit
 from ._queue import Batch, Job, Segment, WorkQueue
-from ._relay import Replies, ask, ask_forward, note_bypass
+from ._relay import UNATTRIBUTED, Replies, ask, ask_forward, note_bypass
 from ._wire import (
     BATCH,
     BATCH_ROWS,
@@ -428,7 +428,8 @@ class ProcessExecutor:
         reply_tag = LLM_REPLY if tag == LLM else SDK_REPLY
         key = (tag, *message[3:])
         order = w.next_request(token)
-        kept = self._replies.lookup(token, order, key)
+        # A request no call owns (a user thread's, between calls) is never replayed.
+        kept = None if token == UNATTRIBUTED else self._replies.lookup(token, order, key)
         if kept is not None:
             w.send(control(reply_tag, request, *kept))
             return
@@ -449,7 +450,8 @@ class ProcessExecutor:
             ok, payload = await ask_forward(self._llm_handler, *call)
         if w.closed:
             return  # its call was running when the worker died: it has its outcome
-        self._replies.keep(call[0], order, key, (ok, payload))
+        if call[0] != UNATTRIBUTED:
+            self._replies.keep(call[0], order, key, (ok, payload))
         w.send(control(reply_tag, request, ok, payload))
 
     def on_exit(self, w: Worker, exit: WorkerExit, clock: Any = perf_counter_ns) -> None:
