@@ -164,10 +164,7 @@ def default_transport(config: ModelConfig) -> Transport:
     from urllib.request import getproxies, proxy_bypass
 
     parts = urlsplit(config.base_url)
-    # NO_PROXY may name the host with its port ("127.0.0.1:8000"): either form bypasses.
-    proxied = "http" in getproxies() and not (
-        proxy_bypass(parts.hostname or "") or proxy_bypass(parts.netloc)
-    )
+    proxied = "http" in getproxies() and not proxy_bypass(parts.hostname or "")
     if parts.scheme == "http" and not proxied:
         return HTTPTransport(limit=config.max_concurrency)
     from ._transports import AiohttpTransport

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import ipaddress
 import os
 import sys
 import threading
@@ -49,7 +48,6 @@ __all__ = [
     "activate",
     "deactivate",
     "engine_io",
-    "except_address",
     "install",
     "is_engine_io",
     "seal",
@@ -60,7 +58,8 @@ _engine_io: contextvars.ContextVar[bool] = contextvars.ContextVar("skynet_engine
 _lock = threading.Lock()
 _installed = False
 _active = 0
-_excepted: set[tuple[str, int]] = set()
+#: The simulators' addresses while sealed, each counted by the seals naming it.
+_allowed: dict[tuple[str, int], int] = {}
 _sealed = 0
 #: The audit events of a process being started, and where each names the program.
 _SPAWNS = {
@@ -116,7 +115,7 @@ def _connect(args: tuple[Any, ...]) -> None:
         return
     host, port = where
     shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    if _sealed and where not in _excepted:
+    if _sealed and where not in _allowed:
         _tell(ctx, f"a network connection to {shown}, refused under --simulator")
         raise SimulatorOnly(shown)
     # The simulator's own address too: a request user code sends it itself is not metered.
@@ -192,27 +191,30 @@ def deactivate() -> None:
         _active = max(0, _active - 1)
 
 
-def except_address(host: str, port: int) -> None:
-    """Loopback connections to ``host:port`` (the simulator serving SDK calls) are fine."""
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = host == "localhost"
-    if loopback:
-        _excepted.add((host, port))
-        if host == "localhost":
-            _excepted.add(("127.0.0.1", port))
+def _addresses(host: str, port: int) -> list[tuple[str, int]]:
+    if host == "localhost":
+        return [(host, port), ("127.0.0.1", port), ("::1", port)]
+    return [(host, port)]
 
 
 def seal(host: str, port: int) -> None:
-    """``--simulator``: user code may connect to ``host:port`` (the simulator) only."""
+    """``--simulator``: user code may connect to ``host:port`` (the simulator) only, until
+    :func:`unseal` with the same address (counted: runs may overlap)."""
     global _sealed
-    except_address(host, port)
     with _lock:
+        for address in _addresses(host, port):
+            _allowed[address] = _allowed.get(address, 0) + 1
         _sealed += 1
 
 
-def unseal() -> None:
+def unseal(host: str, port: int) -> None:
     global _sealed
     with _lock:
+        # Forgotten at once: a port the simulator gave back may serve anything next.
+        for address in _addresses(host, port):
+            left = _allowed.get(address, 0) - 1
+            if left > 0:
+                _allowed[address] = left
+            else:
+                _allowed.pop(address, None)
         _sealed = max(0, _sealed - 1)

@@ -11,15 +11,17 @@ get is the environment, so while a gateway serves SDK calls from the simulator
   key still builds its client;
 * the SDKs' base-URL variables (``OPENAI_BASE_URL`` and the like, and any
   ``*_BASE_URL`` / ``*_API_BASE`` already set) name the simulator;
-* the proxy variables (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``) name the simulator
-  too, and ``NO_PROXY`` only the simulator's own address: a client that honours them
-  (``urllib``, ``requests``, ``httpx``, ``curl``) sends a request for any other host to the
-  simulator, which answers it or refuses it, instead of to that host;
+* for the children only, the proxy variables (``HTTP_PROXY``, ``HTTPS_PROXY``,
+  ``ALL_PROXY``) name the simulator too, and ``NO_PROXY`` only the simulator's own
+  address: a client that honours them (``urllib``, ``requests``, ``httpx``, ``curl``)
+  sends a request for any other host to the simulator, which refuses it, instead of to
+  that host;
 * :data:`SIMULATOR_ENV` holds the simulator's URL: a worker process seals its audit hook
   to it (``_audit.seal``) at boot.
 
-The engine's process sees the same while the gateway is open (its variables are restored
-when it closes): user code there reads the placeholder, not the key. The engine itself
+The engine's process sees the same, but the proxies, while the gateway is open (its
+variables are restored when it closes): user code there reads the placeholder, not the
+key. The engine itself
 has read every key it needs before (a configured model's client opens first) and sends
 none under ``--simulator``.
 
@@ -52,37 +54,51 @@ _NO_PROXY = "NO_PROXY"
 _lock = threading.Lock()
 _depth = 0
 _saved: dict[str, str | None] = {}
+_saved_children: dict[str, str | None] = {}
 
 
-def _wanted(url: str) -> dict[str, str]:
+def _wanted(url: str) -> tuple[dict[str, str], dict[str, str]]:
+    """What ``os.environ`` holds under the simulator, and what only the children see."""
     parts = urlsplit(url)
     origin = f"{parts.scheme}://{parts.netloc}"
-    wanted = {SIMULATOR_ENV: url}
+    seen = {SIMULATOR_ENV: url}
     for name in os.environ:
         upper = name.upper()
         if upper.endswith(_SECRET_ENDINGS):
-            wanted[name] = PLACEHOLDER
+            seen[name] = PLACEHOLDER
         elif upper.endswith(_BASE_ENDINGS):
-            wanted[name] = url
+            seen[name] = url
     for name in _BASE_URLS:
-        wanted[name] = url
+        seen[name] = url
+    children: dict[str, str] = {}
     for name in _PROXIES:
-        wanted[name] = wanted[name.lower()] = origin
-    wanted[_NO_PROXY] = wanted[_NO_PROXY.lower()] = parts.netloc
-    return wanted
+        children[name] = children[name.lower()] = origin
+    children[_NO_PROXY] = children[_NO_PROXY.lower()] = parts.netloc
+    return seen, children
 
 
 @contextlib.contextmanager
 def simulated(url: str) -> Iterator[None]:
     """The environment of a ``--simulator`` run, while inside (nested: the outermost
-    one's; restored when the last ends)."""
+    one's; restored when the last ends).
+
+    The proxies are set for the children only (``os.putenv``, not ``os.environ``): in
+    the engine's process they would reach the engine's own clients, and outlive the run
+    in what caches them (``urllib``'s opener); user code there is held by the sealed
+    audit hook instead. A child started with ``env=`` built from ``os.environ`` gets the
+    placeholder keys, not the proxies.
+    """
     global _depth
     with _lock:
         _depth += 1
         if _depth == 1:
-            for name, value in _wanted(url).items():
+            seen, children = _wanted(url)
+            for name, value in seen.items():
                 _saved[name] = os.environ.get(name)
                 os.environ[name] = value
+            for name, value in children.items():
+                _saved_children[name] = os.environ.get(name)
+                os.putenv(name, value)
     try:
         yield
     finally:
@@ -94,4 +110,10 @@ def simulated(url: str) -> Iterator[None]:
                         os.environ.pop(name, None)
                     else:
                         os.environ[name] = old
+                for name, old in _saved_children.items():
+                    if old is None:
+                        os.unsetenv(name)
+                    else:
+                        os.putenv(name, old)
                 _saved.clear()
+                _saved_children.clear()

@@ -17,6 +17,13 @@ A routed request (``_intercept.py``) arrives with the call's token and stage. Th
    reply into the example (program calls into its observation, metric calls into the
    judge's usage), failures included (retries, 429s).
 
+A request of a thread that user code started, in the engine's process, comes with the
+token :data:`~._owner.UNATTRIBUTED` (the gateway opens that route, ``_owner.open_route``):
+it is served all the same, and the stage's examples running then, and every later one,
+are unmeasured, since none of them can be charged with it. With ``route_to`` the gateway
+also seals the audit hook to the simulator (``_audit.seal``) and sets the environment
+user code and its children see (``_environ.simulated``).
+
 :meth:`Gateway.note_bypass` marks an example's cost unmeasured (the audit hook, a request
 the layer does not route); from then on every later example of that stage is unmeasured
 too, since a connection kept open may carry its calls unseen.
@@ -97,7 +104,7 @@ class Gateway:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._open = False
         self._route: Any = None
-        self._sealed = False
+        self._sealed: tuple[str, int] | None = None
         self.routed = 0
 
     async def __aenter__(self) -> Gateway:
@@ -115,8 +122,8 @@ class Gateway:
         if self._route_to is not None:
             parts = urlsplit(self._route_to)
             if parts.hostname:
-                _audit.seal(parts.hostname, parts.port or 80)
-                self._sealed = True
+                self._sealed = (parts.hostname, parts.port or 80)
+                _audit.seal(*self._sealed)
             # What the processes user code starts inherit: no key, the simulator.
             self._stack.enter_context(_environ.simulated(self._route_to))
         self._open = True
@@ -138,9 +145,9 @@ class Gateway:
         _owner.deactivate()
         _intercept.deactivate()
         _audit.deactivate()
-        if self._sealed:
-            self._sealed = False
-            _audit.unseal()
+        if self._sealed is not None:
+            _audit.unseal(*self._sealed)
+            self._sealed = None
         tasks = [t for t in self._tasks if not t.done()]
         for task in tasks:
             task.cancel()

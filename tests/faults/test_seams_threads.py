@@ -30,10 +30,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from evaluator import Evaluator, Models
 from evaluator._dataset import Example
-from evaluator._sdk._environ import PLACEHOLDER
+from evaluator._sdk import _audit
+from evaluator._sdk._environ import PLACEHOLDER, simulated
 from llm_client import Simulator, SimulatorConfig
 
 pytestmark = pytest.mark.timeout(180)
@@ -107,6 +110,18 @@ def run(artifact, input):
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         return list(pool.map(one, range(4)))
+"""
+)
+
+#: Async code handing the sync client to the loop's default thread pool.
+IN_EXECUTOR = (
+    ASK
+    + """
+import asyncio
+
+async def run(artifact, input):
+    loop = asyncio.get_running_loop()
+    return [await loop.run_in_executor(None, ask, artifact, input["q"])]
 """
 )
 
@@ -192,6 +207,21 @@ def run(artifact, input):
         [sys.executable, "-c", CHILD, artifact["url"]], capture_output=True, text=True, timeout=60
     )
     return json.loads(done.stdout)
+"""
+
+#: The same child through a shell (os.popen).
+POPEN = f"""
+import json
+import os
+import shlex
+import sys
+
+CHILD = {CHILD!r}
+
+def run(artifact, input):
+    command = " ".join(shlex.quote(a) for a in [sys.executable, "-c", CHILD, artifact["url"]])
+    with os.popen(command) as out:
+        return json.loads(out.read())
 """
 
 #: A child that calls the model with the openai SDK configured from its environment only.
@@ -358,6 +388,19 @@ class TestThreadsUnderTheSimulator:
             assert result.observation.llm_calls == 4
         assert provider.received == []
 
+    async def test_the_loops_thread_pool_under_async_code(
+        self, tmp_path: Path, provider: Provider, sim: Simulator
+    ) -> None:
+        """Async code running the sync client in the loop's default pool: its threads
+        are started from the call, so the call is routed, counted, unmeasured."""
+        results, stats = await _run(tmp_path, IN_EXECUTOR, "async", provider.url, sim)
+        assert provider.received == []
+        assert [r.output for r in results] == [[f"Echo: question {i}"] for i in range(3)]
+        assert stats.sdk_calls == 3
+        for result in results:
+            assert result.observation.cost_usd is None
+            assert "from a thread that user code started" in _notes(result)
+
     @pytest.mark.parametrize("execution", EXECUTIONS)
     async def test_raw_http_from_a_thread_is_refused(
         self, tmp_path: Path, provider: Provider, sim: Simulator, execution: str
@@ -376,37 +419,48 @@ class TestThreadsUnderTheSimulator:
     async def test_urllib_from_a_thread_goes_no_further_than_the_simulator(
         self, tmp_path: Path, provider: Provider, sim: Simulator, execution: str
     ) -> None:
-        """urllib from a user thread honours the proxy the run sets: its request reaches
-        the simulator (which does not serve it), never the provider; unmeasured, as any
-        request the engine did not meter."""
+        """urllib from a user thread: refused in the engine's process; in a worker, which
+        the engine started with the simulator as its proxy, sent to the simulator (which
+        does not serve it). Never to the provider; unmeasured either way."""
         results, _ = await _run(tmp_path, URLLIB_THREAD, execution, provider.url, sim)
         assert provider.received == []
         for result in results:
             assert not result.output.startswith("reply"), result.output
             assert result.observation.cost_usd is None
-            assert f"127.0.0.1:{sim.port} that no metered model call made" in _notes(result)
+            if execution == "thread":
+                assert "skynet-eval refused a connection to 127.0.0.1" in result.output
+                assert "refused under --simulator" in _notes(result)
+            else:
+                assert f"127.0.0.1:{sim.port} that no metered model call made" in _notes(result)
 
 
 class TestSubprocessesUnderTheSimulator:
     @pytest.mark.parametrize("execution", EXECUTIONS)
+    @pytest.mark.parametrize(
+        ("source", "program"), [(SUBPROCESS, "python"), (POPEN, "/bin/sh")], ids=["run", "popen"]
+    )
     async def test_a_child_gets_no_key_and_no_way_past_the_simulator(
         self,
         tmp_path: Path,
         provider: Provider,
         sim: Simulator,
         execution: str,
+        source: str,
+        program: str,
         monkeypatch: pytest.MonkeyPatch,
     ) -> None:
         """A child posting to the provider with the key from its environment: it finds
         a placeholder, its request goes to the simulator (the proxy), the provider sees
         nothing, and the example that started it is unmeasured with the reason."""
         monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-        results, _ = await _run(tmp_path, SUBPROCESS, execution, provider.url, sim, n=2)
+        results, _ = await _run(tmp_path, source, execution, provider.url, sim, n=2)
         assert provider.received == []
         for result in results:
             assert result.output["key"] == PLACEHOLDER
+            assert result.output["outcome"] != "reply 200"
             assert result.observation.cost_usd is None
-            assert "a process it started (python" in _notes(result), _notes(result)
+            named = os.path.basename(program)
+            assert f"a process it started ({named}" in _notes(result), _notes(result)
         assert os.environ["OPENAI_API_KEY"] == SECRET  # given back when the run closed
 
     async def test_a_childs_sdk_is_served_by_the_simulator(
@@ -465,3 +519,58 @@ class TestThreadsWithoutTheSimulator:
         assert got == ["Echo: app"]
         assert stats.sdk_calls == 0
         assert all(r.observation.cost_usd == 0.0 for r in results)
+
+
+class TestTheEnvironment:
+    @settings(max_examples=60, deadline=None)
+    @given(
+        names=st.lists(
+            st.tuples(
+                st.from_regex(r"[A-Z][A-Z0-9_]{0,12}", fullmatch=True),
+                st.sampled_from(["_KEY", "_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_key"]),
+            ).map("".join),
+            min_size=1,
+            max_size=5,
+            unique_by=str.upper,
+        ),
+        value=st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=8, max_size=40),
+    )
+    def test_no_secret_survives_and_all_come_back(self, names: list[str], value: str) -> None:
+        """Whatever the secret-looking variables are called, none holds its value under
+        the simulator, the SDKs' base URL and the proxies name it, and every variable is
+        as it was afterwards."""
+        before = dict(os.environ)
+        url = "http://127.0.0.1:9/v1"
+        try:
+            for name in names:
+                os.environ[name] = value
+            inside_before = dict(os.environ)
+            with simulated(url):
+                for name in names:
+                    assert os.environ[name] == PLACEHOLDER
+                assert value not in os.environ.values()
+                assert os.environ["OPENAI_BASE_URL"] == url
+                # The proxies are the children's only: this process's clients are not sent
+                # through the simulator (nor keep it as their proxy once the run is over).
+                assert os.environ.get("HTTPS_PROXY") == before.get("HTTPS_PROXY")
+            assert dict(os.environ) == inside_before
+        finally:
+            os.environ.clear()
+            os.environ.update(before)
+
+
+class TestTheSeal:
+    def test_a_port_the_simulator_gave_back_is_not_allowed(self) -> None:
+        """Once a run's simulator is gone its port is forgotten: the OS may hand it to a
+        listener that is not a simulator (this class of break was seen here: a stand-in
+        provider on a dead simulator's port was let through)."""
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        _audit.seal("127.0.0.1", port)
+        _audit.seal("127.0.0.1", port)  # two runs on one simulator
+        _audit.unseal("127.0.0.1", port)
+        assert ("127.0.0.1", port) in _audit._allowed
+        _audit.unseal("127.0.0.1", port)
+        assert ("127.0.0.1", port) not in _audit._allowed
+        assert _audit._sealed == 0
