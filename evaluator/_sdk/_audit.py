@@ -123,7 +123,7 @@ def _connect(args: tuple[Any, ...]) -> None:
 
 
 def _spawn(event: str, args: tuple[Any, ...]) -> None:
-    if _engine_io.get() or _from_platform():
+    if _engine_io.get() or _from_probe():
         return
     ctx = owner()
     if ctx is None:
@@ -134,12 +134,17 @@ def _spawn(event: str, args: tuple[Any, ...]) -> None:
     )
 
 
-def _from_platform() -> bool:
-    """Whether the stdlib's ``platform`` module starts this process (``uname -p``, as
-    the SDKs' own platform headers ask): not the user's, and no model call."""
+#: Standard modules that start a process to ask the system something: ``platform``
+#: (``uname -p``, for the SDKs' own platform headers), ``ctypes.util`` (``ldconfig``, to
+#: find a library), ``uuid``. Not the user's, and no model call.
+_PROBES = frozenset({"platform", "ctypes.util", "uuid"})
+
+
+def _from_probe() -> bool:
+    """Whether one of :data:`_PROBES` starts this process."""
     frame = sys._getframe(3)
     while frame is not None:
-        if frame.f_globals.get("__name__") == "platform":
+        if frame.f_globals.get("__name__") in _PROBES:
             return True
         frame = frame.f_back  # type: ignore[assignment]
     return False

@@ -113,6 +113,19 @@ def run(artifact, input):
 """
 )
 
+#: The sync client called on the engine's loop: it cannot be routed, so it goes out as
+#: the SDK meant, which under the simulator is refused.
+SYNC_ON_THE_LOOP = (
+    ASK
+    + """
+async def run(artifact, input):
+    try:
+        return ask(artifact, input["q"])
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+"""
+)
+
 #: Async code handing the sync client to the loop's default thread pool.
 IN_EXECUTOR = (
     ASK
@@ -400,6 +413,18 @@ class TestThreadsUnderTheSimulator:
         for result in results:
             assert result.observation.cost_usd is None
             assert "from a thread that user code started" in _notes(result)
+
+    async def test_a_sync_client_on_the_loop_is_refused(
+        self, tmp_path: Path, provider: Provider, sim: Simulator
+    ) -> None:
+        """A sync client inside ``async def`` cannot be routed: it went out to the base
+        URL it names, with its key. Under the simulator that connection is refused."""
+        results, _ = await _run(tmp_path, SYNC_ON_THE_LOOP, "async", provider.url, sim)
+        assert provider.received == []
+        for result in results:
+            assert result.output.startswith("APIConnectionError"), result.output
+            assert result.observation.cost_usd is None
+            assert "refused under --simulator" in _notes(result)
 
     @pytest.mark.parametrize("execution", EXECUTIONS)
     async def test_raw_http_from_a_thread_is_refused(

@@ -427,9 +427,13 @@ class ProcessExecutor:
         tag, request, token = message[0], message[1], message[2]
         reply_tag = LLM_REPLY if tag == LLM else SDK_REPLY
         key = (tag, *message[3:])
-        order = w.next_request(token)
-        # A request no call owns (a user thread's, between calls) is never replayed.
-        kept = None if token == UNATTRIBUTED else self._replies.lookup(token, order, key)
+        # A request no call owns (a user thread's, between calls) is never replayed, and
+        # takes no place among a call's requests.
+        if token == UNATTRIBUTED:
+            order, kept = 0, None
+        else:
+            order = w.next_request(token)
+            kept = self._replies.lookup(token, order, key)
         if kept is not None:
             w.send(control(reply_tag, request, *kept))
             return
