@@ -414,29 +414,32 @@ class TestThreadsUnderTheSimulator:
             assert result.observation.cost_usd is None
             assert "from a thread that user code started" in _notes(result)
 
-    async def test_a_sync_client_on_the_loop_is_refused(
-        self, tmp_path: Path, provider: Provider, sim: Simulator
+    @pytest.mark.parametrize(
+        ("source", "execution", "raised"),
+        [
+            (RAW_THREAD, "thread", "SimulatorOnly: "),
+            (RAW_THREAD, "process", "SimulatorOnly: "),
+            (SYNC_ON_THE_LOOP, "async", "APIConnectionError: "),
+        ],
+        ids=["raw-thread", "raw-process", "sync-client-on-the-loop"],
+    )
+    async def test_a_connection_past_the_simulator_is_refused(
+        self,
+        tmp_path: Path,
+        provider: Provider,
+        sim: Simulator,
+        source: str,
+        execution: str,
+        raised: str,
     ) -> None:
-        """A sync client inside ``async def`` cannot be routed: it went out to the base
-        URL it names, with its key. Under the simulator that connection is refused."""
-        results, _ = await _run(tmp_path, SYNC_ON_THE_LOOP, "async", provider.url, sim)
+        """http.client from a user thread to the provider's address, and a sync client
+        inside ``async def`` (it cannot be routed, so it went out to the URL it names,
+        with its key): refused before connecting, the provider sees nothing, the example
+        is unmeasured with the reason."""
+        results, _ = await _run(tmp_path, source, execution, provider.url, sim)
         assert provider.received == []
         for result in results:
-            assert result.output.startswith("APIConnectionError"), result.output
-            assert result.observation.cost_usd is None
-            assert "refused under --simulator" in _notes(result)
-
-    @pytest.mark.parametrize("execution", EXECUTIONS)
-    async def test_raw_http_from_a_thread_is_refused(
-        self, tmp_path: Path, provider: Provider, sim: Simulator, execution: str
-    ) -> None:
-        """http.client from a user thread, to the provider's address: refused before it
-        connects (the provider sees nothing), the example unmeasured with the reason."""
-        results, _ = await _run(tmp_path, RAW_THREAD, execution, provider.url, sim)
-        assert provider.received == []
-        for result in results:
-            assert result.output.startswith("SimulatorOnly: "), result.output
-            assert "--simulator" in result.output
+            assert result.output.startswith(raised), result.output
             assert result.observation.cost_usd is None
             assert "refused under --simulator" in _notes(result)
 
