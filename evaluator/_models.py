@@ -208,6 +208,16 @@ class MeterBook(dict[int, Meter]):
             )
             self[_STICKY] = Meter()  # keeps the book truthy: the pipeline pops every token
 
+    def mark_all(self, why: str) -> None:
+        """A call no example can be charged with (``why``): every meter popped from now
+        on, those of the examples running now included, is unmeasured."""
+        if self.bypass is None:
+            self.bypass = (
+                f"{why} (seen while this example ran or before; no example can be charged "
+                "with it, so this one's cost is not known)"
+            )
+            self[_STICKY] = Meter()
+
     @overload
     def pop(self, key: int, /) -> Meter: ...
     @overload
@@ -435,6 +445,13 @@ class ModelRouter:
         """Call ``token`` reached the network around the metered paths (``why`` names the
         host): its cost is unmeasured, and so is every later example's of ``stage``."""
         self._book(stage).mark(token, why)
+        self._totals["program" if stage == "run" else "score"].unmeasured(why)
+
+    def mark_unattributed(self, stage: Stage, why: str) -> None:
+        """A call of ``stage`` that no example can be charged with (a thread the user
+        started, ``why`` says what): the examples of ``stage`` running now, and every
+        later one, are unmeasured, and so is the stage's total."""
+        self._book(stage).mark_all(why)
         self._totals["program" if stage == "run" else "score"].unmeasured(why)
 
     # -- what the gateway asks -----------------------------------------------------------

@@ -44,7 +44,7 @@ from ..._context import LLMBridge, Stage
 from ..._loader import UserFunction
 from ..._results import Result, Scored
 from ._cut import Claims
-from ._relay import RelayBridge
+from ._relay import UNATTRIBUTED, RelayBridge
 from ._wire import (
     BATCH,
     BATCH_ROWS,
@@ -56,9 +56,11 @@ from ._wire import (
     KIND_PICKLE,
     KIND_PICKLED_RESULT,
     KIND_RESULT,
+    LLM_REPLY,
     PICKLE_PROTOCOL,
     READY,
     RESULT_HEADER,
+    SDK_REPLY,
     START,
     STATE_SLOTS,
     STOP,
@@ -80,15 +82,63 @@ class _MemoryLimitExceeded(BaseException):
 
 
 class _Channel:
-    """The worker's end of its socket: blocking framed messages."""
+    """The worker's end of its socket: blocking framed messages, safe from any thread.
+
+    The worker's loop reads the next batch or stop (:meth:`recv`); a call's model requests
+    wait for their replies (:meth:`reply`), from the call's thread or from threads the
+    user's code started (``concurrent.futures`` in ``run``). Whoever reads the socket
+    files what it got: a reply for its waiter, anything else for the loop.
+    """
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.backlog: deque[Any] = deque()  # messages that arrived during an llm wait
+        self.backlog: deque[Any] = deque()  # messages for the loop, read by a waiter
         self._buf = bytearray()  # bytes received beyond the last whole message
+        self._sending = threading.Lock()
+        self._turn = threading.Condition()
+        self._reading = False
+        self._replies: dict[int, Any] = {}  # request -> its reply, read by someone else
 
     def send(self, body: bytes, kind: int = KIND_PICKLE) -> None:
-        self.sock.sendall(HEADER.pack(len(body), kind) + body)
+        data = HEADER.pack(len(body), kind) + body
+        with self._sending:
+            self.sock.sendall(data)
+
+    def recv(self) -> Any:
+        """The next message for the worker's loop; exits the process when the engine is
+        gone."""
+        return self._next(None)
+
+    def reply(self, request: int) -> Any:
+        """The reply to relayed request ``request``, when it comes."""
+        return self._next(request)
+
+    def _next(self, request: int | None) -> Any:
+        turn = self._turn
+        while True:
+            with turn:
+                while True:
+                    if request is None:
+                        if self.backlog:
+                            return self.backlog.popleft()
+                    elif request in self._replies:
+                        return self._replies.pop(request)
+                    if not self._reading:
+                        self._reading = True
+                        break
+                    turn.wait()
+            message: Any = None
+            try:
+                message = self._read()
+            finally:
+                with turn:
+                    self._reading = False
+                    if message is not None:
+                        if type(message) is tuple and message[0] in _REPLIES:
+                            self._replies[message[1]] = message
+                        else:
+                            self.backlog.append(message)
+                    turn.notify_all()
 
     def _read_exact(self, view: memoryview) -> bool:
         got = 0
@@ -99,15 +149,13 @@ class _Channel:
             got += n
         return True
 
-    def recv(self) -> Any:
-        """The next message from the engine; exits the process when the engine is gone.
+    def _read(self) -> Any:
+        """One message off the socket.
 
         One ``recv`` usually brings a whole small message, header and body (a round trip
         of an optimizer's minibatch is mostly system calls); a large body is read
         straight into a buffer of its size.
         """
-        if self.backlog:
-            return self.backlog.popleft()
         body = self._body()
         try:
             return pickle.loads(body)
@@ -139,6 +187,10 @@ class _Channel:
         if not self._read_exact(memoryview(body_buf)[have:]):
             _exit_quietly(0)
         return body_buf
+
+
+#: The tags of the engine's replies to relayed requests.
+_REPLIES = frozenset({LLM_REPLY, SDK_REPLY})
 
 
 #: A message that could not be unpickled, as the channel hands it on.
@@ -341,6 +393,10 @@ class _Worker:
     def serve(self, fn: UserFunction) -> NoReturn:
         invoker = SyncInvoker(fn, self.stage)
         invoker.enter()  # this process's one context, updated in place per call
+        if self.has_llm:
+            from ..._sdk._worker import own
+
+            own(invoker.context)  # and every thread's: the process runs one call at a time
         # A row holds a call's fields (see ``_wire.call_row``): run without building one.
         if self.stage == "score":
             score = invoker.score
@@ -419,6 +475,10 @@ class _Worker:
                 send(seq, flushed, outcome.ended_ns - last, False, outs[flushed:])
                 flushed = index + 1
                 last = outcome.ended_ns
+        if bridge is not None:
+            # Between calls, a request from a thread the user's code left running is
+            # nobody's: the engine serves it and marks the stage's examples unmeasured.
+            bridge.token = UNATTRIBUTED
         send(seq, flushed, clock() - last, True, outs[flushed:])
 
 

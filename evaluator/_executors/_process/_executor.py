@@ -65,7 +65,7 @@ from .._base import (
 from ._cut import cut
 from ._pool import Pool, Worker, WorkerExit
 from ._queue import Batch, Job, Segment, WorkQueue
-from ._relay import Replies, ask, ask_forward, note_bypass
+from ._relay import UNATTRIBUTED, Replies, ask, ask_forward, note_bypass
 from ._wire import (
     BATCH,
     BATCH_ROWS,
@@ -414,8 +414,13 @@ class ProcessExecutor(ExecutorBase):
         tag, request, token = message[0], message[1], message[2]
         reply_tag = LLM_REPLY if tag == LLM else SDK_REPLY
         key = (tag, *message[3:])
-        order = w.next_request(token)
-        kept = self._replies.lookup(token, order, key)
+        # A request no call owns (a user thread's, between calls) is never replayed, and
+        # takes no place among a call's requests.
+        if token == UNATTRIBUTED:
+            order, kept = 0, None
+        else:
+            order = w.next_request(token)
+            kept = self._replies.lookup(token, order, key)
         if kept is not None:
             w.send(control(reply_tag, request, *kept))
             return
@@ -436,7 +441,8 @@ class ProcessExecutor(ExecutorBase):
             ok, payload = await ask_forward(self._llm_handler, *call)
         if w.closed:
             return  # its call was running when the worker died: it has its outcome
-        self._replies.keep(call[0], order, key, (ok, payload))
+        if call[0] != UNATTRIBUTED:
+            self._replies.keep(call[0], order, key, (ok, payload))
         w.send(control(reply_tag, request, ok, payload))
 
     def on_exit(self, w: Worker, exit: WorkerExit, clock: Any = perf_counter_ns) -> None:
