@@ -214,7 +214,7 @@ class NodeActor:
             )
             return to_wire(BootFailure(node_id=node_id, address=address, message=message))
         try:
-            fn = load_function(path, spec.name)
+            fn = load_function(path, spec.name, guard_engine=False)
         except ContractError as exc:
             failure = BootFailure(
                 node_id=node_id, address=address, message=exc.message, line=exc.line
