@@ -95,6 +95,14 @@ def _cli_argv(tmp: Path) -> list[str]:
     return [sys.executable, str(script)]
 
 
+def _run(
+    tmp: Path, metric: Path, program: Path, *extra: str, cwd: Path
+) -> subprocess.CompletedProcess[str]:
+    """``run`` of ``metric`` and ``program`` on ``data.jsonl`` in ``cwd``."""
+    args = ["run", "--metric", str(metric), "--program", str(program), "--data", "data.jsonl"]
+    return _cli(tmp, *args, *extra, cwd=cwd)
+
+
 def _cli(
     tmp: Path, *args: str, cwd: Path, timeout: float = GUARD_S
 ) -> subprocess.CompletedProcess[str]:
@@ -139,15 +147,10 @@ class TestShadowingModules:
         program = _write(pdir / "program.py", OK_PROGRAM)
         _data(work)
         out = work / "out.jsonl"
-        done = _cli(
+        done = _run(
             tmp_path,
-            "run",
-            "--metric",
-            str(metric),
-            "--program",
-            str(program),
-            "--data",
-            "data.jsonl",
+            metric,
+            program,
             "--output",
             str(out),
             "--execution",
@@ -222,17 +225,7 @@ class TestShadowingModules:
             done = _cli(tmp_path, "check", str(metric), "--data", "data.jsonl", cwd=tmp_path)
             assert done.returncode == 1 and "Metric file" in done.stdout
             return
-        done = _cli(
-            tmp_path,
-            "run",
-            "--metric",
-            str(metric),
-            "--program",
-            str(program),
-            "--data",
-            "data.jsonl",
-            cwd=tmp_path,
-        )
+        done = _run(tmp_path, metric, program, cwd=tmp_path)
         assert done.returncode == 1, done.stderr
         assert "Program file" in done.stderr and "Metric file" not in done.stderr
 
@@ -310,6 +303,7 @@ class TestImportInTheEngine:
             (signal.SIGTERM, "signal.SIG_IGN", 143),
             (signal.SIGTERM, "signal.SIG_DFL", 143),
         ],
+        ids=["SIGINT-ignored", "SIGINT-handled", "SIGTERM-ignored", "SIGTERM-default"],
     )
     def test_a_stop_signal_set_at_import_still_stops_the_run(
         self, tmp_path: Path, stop: signal.Signals, disposition: str, code: int

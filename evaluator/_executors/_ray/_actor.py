@@ -153,7 +153,7 @@ def _alias(module_name: str, fn: UserFunction, folder: Path) -> None:
     folder.mkdir(exist_ok=True)
     (folder / f"{module_name}.py").write_text(
         "import sys\nfrom evaluator._loader import import_path\n"
-        f"sys.modules[__name__] = import_path({str(fn.path)!r})\n",
+        f"sys.modules[__name__] = import_path({str(fn.path)!r}, guard_engine=False)\n",
         encoding="utf-8",
     )
     sys.path.append(str(folder))
