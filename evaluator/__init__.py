@@ -4,12 +4,18 @@ The optimizer integrations are the submodules ``evaluator.dspy`` and ``evaluator
 (imported on demand, so ``import evaluator`` never imports dspy or gepa).
 
 Names are imported when first used (a module ``__getattr__``): ``import evaluator``
-costs nothing, and a worker process, which imports a few of the engine's modules,
-never runs the whole engine's imports. Type checkers read the explicit re-exports below.
+costs little (it imports only ``_fingerprint``, whose audit hook notes the files user
+code reads, for the result cache's key), and a worker process, which imports a few of
+the engine's modules, never runs the whole engine's imports. Type checkers read the
+explicit re-exports below.
 """
 
 import importlib
 import typing
+
+# Before any user file is imported: the hook that notes the files user code reads, for
+# the result cache's key (``_fingerprint.read_by``).
+from . import _fingerprint as _fingerprint
 
 if typing.TYPE_CHECKING:
     from ._cache import CacheStatistics as CacheStatistics

@@ -40,7 +40,7 @@ import msgspec
 
 from ._exceptions import DatasetError
 
-__all__ = ["MAX_DEPTH", "csv_rows", "json_rows", "jsonl_rows", "too_deep"]
+__all__ = ["MAX_DEPTH", "csv_rows", "json_rows", "jsonl_rows", "too_deep", "too_deep_problem"]
 
 #: The deepest nesting a dataset row may have (the row object itself is level 1).
 MAX_DEPTH = 200
@@ -100,7 +100,7 @@ def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
     return False
 
 
-def _too_deep_problem() -> str:
+def too_deep_problem() -> str:
     return (
         f"the row is nested more than {MAX_DEPTH} levels deep; flatten it, or store the "
         "deep part as a string (json.dumps) and parse it in your program"
@@ -232,9 +232,9 @@ def jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
                     problem += f" (column {_line_col(raw, offset)[1]})"
                 raise DatasetError(path, line_no, problem) from None
             except RecursionError:
-                raise DatasetError(path, line_no, _too_deep_problem()) from None
+                raise DatasetError(path, line_no, too_deep_problem()) from None
             if too_deep(value):
-                raise DatasetError(path, line_no, _too_deep_problem())
+                raise DatasetError(path, line_no, too_deep_problem())
             yield line_no, value
 
 
@@ -253,7 +253,7 @@ def json_rows(path: Path) -> Iterator[tuple[int | None, Any]]:
             problem += f" (column {col})"
         raise DatasetError(path, line, problem) from None
     except RecursionError:
-        raise DatasetError(path, _deep_line(data), _too_deep_problem()) from None
+        raise DatasetError(path, _deep_line(data), too_deep_problem()) from None
     if isinstance(document, dict) and isinstance(document.get("examples"), list):
         document = document["examples"]
     if not isinstance(document, list):
@@ -265,7 +265,7 @@ def json_rows(path: Path) -> Iterator[tuple[int | None, Any]]:
     for position, row in enumerate(document):
         # Depth is counted from the row, as in JSON Lines.
         if too_deep(row):
-            raise DatasetError(f"{path} (item {position})", _deep_line(data), _too_deep_problem())
+            raise DatasetError(f"{path} (item {position})", _deep_line(data), too_deep_problem())
         yield None, row
 
 

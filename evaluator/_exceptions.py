@@ -182,18 +182,19 @@ class OutsideCallError(EvaluationError, RuntimeError):
 
 class OutputPathError(ConfigError):
     """The output path cannot be written; ``path`` and the ``detail`` of what is wrong
-    (with the fix). Raised before a run by ``check_output_path``."""
+    (with the fix). Raised before a run by ``check_output_path``; ``option`` is the flag
+    or parameter that named the path (``output``, ``report``, ``html``, ``plot``...)."""
 
-    def __init__(self, path: str | Path, problem: str) -> None:
+    def __init__(self, path: str | Path, problem: str, option: str = "output") -> None:
         self.path = str(path)
         self.detail = problem
         # A path with control characters (a NUL, a newline) is shown quoted, so the line
         # stays one line and the character is visible.
         shown = self.path if self.path.isprintable() else repr(self.path)
-        super().__init__(f"{shown}: {problem}", option="output", value=self.path)
+        super().__init__(f"{shown}: {problem}", option=option, value=self.path)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (type(self), self.path, self.detail))
+        return (_rebuild, (type(self), self.path, self.detail, self.option))
 
 
 class ResultsFileError(ConfigError):

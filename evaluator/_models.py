@@ -28,6 +28,7 @@ from llm_client import ModelConfig, Redactor, Share
 from ._context import Stage
 from ._report import ModelBudget
 from ._results import Observation, Usage
+from ._scrub import ResultScrubber
 
 if TYPE_CHECKING:
     from llm_client import GovernorStatistics, ModelClient
@@ -45,6 +46,13 @@ def budget_source(stats: GovernorStatistics) -> str:
     "adaptive (429s)" or "none" (the governor says it: ``GovernorStatistics.budget_source``).
     """
     return stats.budget_source
+
+
+#: How to give a model its price, in words every front end knows: ``ModelConfig``'s and
+#: a models file's keys; ``run``/``check`` spell them ``--price-input``/``--price-output``
+#: and ``judges`` ``--price MODEL=IN,OUT`` (a note is stored in the results file, which
+#: any of them may show, so it names no one command's flag).
+PRICE_HINT = "give the model a price (price_input/price_output, USD per million tokens)"
 
 
 class Models(msgspec.Struct, frozen=True, kw_only=True):
@@ -108,7 +116,9 @@ class Meter:
             # One unpriced call makes the total unmeasured: never a silent partial sum.
             if self.cost_usd is not None:
                 note = completion.cost_note or f"no price known for model {completion.model!r}"
-                self.notes.append(f"cost not measured: {note}; set --price-input/--price-output")
+                # A missing price is the user's to give; missing or impossible usage is not.
+                fix = f"; {PRICE_HINT}" if "price" in note else ""
+                self.notes.append(f"cost not measured: {note}{fix}")
             self.cost_usd = None
         elif self.cost_usd is not None:
             self.cost_usd += completion.cost_usd
@@ -254,6 +264,8 @@ class ModelRouter:
         # The second line of defence: a model call's exception enters the engine here,
         # and leaves without any key the engine holds (the client redacts it already).
         self._redact = Redactor()
+        #: The keys the run knows, out of every result it makes (evaluator/_scrub.py).
+        self.scrubber = ResultScrubber()
         # OpenTelemetry hook: every metered call is shown to it (evaluator/_telemetry.py).
         self.telemetry: Telemetry | None = None
 
@@ -290,12 +302,32 @@ class ModelRouter:
         for config in configs:
             if config not in clients:  # one client per distinct configuration
                 clients[config] = await self._stack.enter_async_context(ModelClient(config))
-        self._redact = Redactor(c.api_key() for c in clients if c.api_key_env is not None)
+        keys = [c.api_key() for c in clients]  # a KeyedModelConfig's too (no variable)
+        self._redact = Redactor(keys)
+        self.scrubber.know(keys)
         if self.models.program is not None:
             self._program = clients[self.models.program]
         judge = self.models.judge
         if judge is not None:
             self._judge = clients[judge]
+
+    def in_flight_limit(self, stage: Stage) -> Callable[[], int] | None:
+        """The live in-flight limit of ``stage``'s model (None: the stage has none), for
+        the executor that runs its calls: a stage keeps as many calls going as its model
+        admits, not a fixed number."""
+        client = self._program if stage == "run" else self._judge
+        if client is None:
+            return None
+
+        def limit() -> int:
+            return client.in_flight_limit or client.config.max_concurrency
+
+        return limit
+
+    def know_key(self, key: str | None) -> None:
+        """A key a routed SDK call carried: kept out of results like the configured ones."""
+        if key:
+            self.scrubber.know((key,))
 
     @property
     def port(self) -> ModelPort:
@@ -445,6 +477,12 @@ class ModelRouter:
                     rpm=stats.rpm,
                     tpm=stats.tpm,
                     source=budget_source(stats),
+                    in_flight_start=stats.in_flight_start,
+                    in_flight_limit=stats.in_flight_limit,
+                    in_flight_min=stats.in_flight_min,
+                    in_flight_max=stats.in_flight_max,
+                    in_flight_source=stats.in_flight_source,
+                    in_flight_history=stats.in_flight_history,
                 )
             )
         return tuple(budgets)

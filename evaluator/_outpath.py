@@ -75,8 +75,10 @@ def _existing_ancestor(path: Path) -> Path:
     return Path(path.anchor or ".")
 
 
-def check_output_path(path: str | Path) -> OutputCheck:
-    """Check that results can be written at ``path``; raise :class:`OutputPathError` if not.
+def check_output_path(path: str | Path, option: str = "output") -> OutputCheck:
+    """Check that a file can be written at ``path``; raise :class:`OutputPathError`, naming
+    ``option`` (the flag or parameter that gave the path), if not. The one check for every
+    file the engine writes: results, report pages, JSON reports, plots, the cache's files.
 
     Refused: an empty path, a path holding a NUL character, a directory, something that
     is not a regular file (a device, a pipe), a path under a regular file, a name too
@@ -85,6 +87,15 @@ def check_output_path(path: str | Path) -> OutputCheck:
     Missing parent directories are fine (the writer creates them). Low free space is a
     note, since a run's size is not known in advance.
     """
+    try:
+        return _check(path)
+    except OutputPathError as exc:
+        if option == "output":
+            raise
+        raise OutputPathError(exc.path, exc.detail, option) from None
+
+
+def _check(path: str | Path) -> OutputCheck:
     if str(path) == "":
         raise OutputPathError(path, "the path is empty; give a file name such as results.jsonl")
     if "\0" in str(path):
@@ -99,7 +110,9 @@ def check_output_path(path: str | Path) -> OutputCheck:
             )
         if not stat.S_ISREG(st.st_mode):
             raise OutputPathError(
-                path, "is not a regular file (a device, pipe or socket); give a file path"
+                path,
+                "is not a regular file (a device, pipe or socket) and is never written to or "
+                "replaced; give a file path",
             )
     base = p.parent if st is not None else _existing_ancestor(p)
     _check_names(path, p, base)

@@ -4,10 +4,11 @@
 request an SDK built (chat completions, the Responses API, Anthropic messages; streamed or
 not) through the same governor, retries and pricing.
 
-The product is the client (``_client``, ``_config``, ``_governor``, ``_retry``,
-``_pricing``, ``_wire``, ``_exceptions``); ``_transports/`` is how its requests reach a
-server, and ``_simulator/`` a local OpenAI-compatible server to test and measure it
-against. docs/architecture-llm.md draws the whole. Imports nothing else of skynet-eval's;
+The product is the client (``_client``, ``_forward``, ``_usage``, ``_config``,
+``_governor``, ``_fair``, ``_budget``, ``_retry``, ``_pricing``, ``_wire``, ``_exceptions``,
+``_redact``); ``_transports/`` is how its requests reach a server, and ``_simulator/`` a
+local OpenAI-compatible server to test and measure it against.
+``docs/architecture/llm-client.md`` draws the whole. Imports nothing else of skynet-eval's;
 nothing here binds to an event loop at import.
 """
 

@@ -9,6 +9,7 @@ SDK's) and returns the provider's reply with its cost (``_forward.py``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -25,7 +26,7 @@ from ._pricing import Prices, resolve_prices
 from ._redact import Redactor
 from ._retry import NEVER_RETRY, RetryDetails, backoff, is_retryable_status, server_wait
 from ._transports import HTTPRequest, HTTPResponse, HTTPTransport, Transport, TransportError
-from ._usage import CallUsage, read_usage
+from ._usage import CallUsage, read_usage, usage_of
 from ._wire import (
     REQUEST_OPTIONS,
     ChatRequest,
@@ -281,6 +282,11 @@ class ModelClient:
             )
         return self._governor.statistics()
 
+    @property
+    def in_flight_limit(self) -> int | None:
+        """The shared governor's in-flight limit now (None before the client opens)."""
+        return None if self._governor is None else self._governor.in_flight_limit
+
     # -- the call ------------------------------------------------------------------------
 
     def _build(
@@ -395,7 +401,7 @@ class ModelClient:
             )
         prepared = ForwardRequest(method, url, headers, body, self._config.model)
         # The request's own key (an SDK's) is scrubbed as well as the client's.
-        redact = Redactor([prepared.api_key, self._key])
+        redact = _redactor(prepared.api_key, self._key)
         try:
             request = HTTPRequest(method, url, prepared.headers, prepared.body)
             state = _CallState()
@@ -478,7 +484,9 @@ class ModelClient:
                 if failure.status == 429:
                     # A 429 no retry helps (quota, a request too large) is no congestion.
                     bare = failure.retryable and not hinted
-                    governor.note_rate_limited(0.0, hinted=not bare, epoch=permit.epoch)
+                    governor.note_rate_limited(
+                        0.0, hinted=not bare, epoch=permit.epoch, admitted=permit.admitted
+                    )
                 return failure
             wait = failure.wait
             if wait is None:
@@ -488,7 +496,9 @@ class ModelClient:
             if failure.status == 429:
                 # One pause for everyone: the governor holds every caller (this one
                 # included, on its next acquire) until it ends.
-                governor.note_rate_limited(wait, hinted=hinted, epoch=permit.epoch)
+                governor.note_rate_limited(
+                    wait, hinted=hinted, epoch=permit.epoch, admitted=permit.admitted
+                )
                 if not hinted and governor.adapting:
                     # A bare 429 under AIMD is the governor's probe: the next probe is
                     # another caller's, so that no one call spends its retries on them.
@@ -553,9 +563,7 @@ class ModelClient:
             text = self._redact(response.body.decode("utf-8", "replace"))
             message = f"malformed response body ({exc}): {_short(text, 120)!r}"
             return _Failure("malformed", self._redact(message), status=200), None, None
-        usage = decoded.usage
-        used = None if usage is None else usage.prompt_tokens + usage.completion_tokens
-        return None, decoded, used
+        return None, decoded, _used(usage_of(decoded.usage))
 
     def _status_failure(self, response: HTTPResponse) -> _Failure:
         status = response.status
@@ -600,29 +608,27 @@ class ModelClient:
 
     def _completion(self, response: ChatResponse, state: _CallState) -> Completion:
         choice = response.choices[0]
-        usage = response.usage
+        usage = usage_of(response.usage)
         prices = self._prices
         assert prices is not None
+        cost: float | None
+        note: str | None
         if usage is None:
-            input_tokens = output_tokens = cached = reasoning = 0
-            cost: float | None = None
-            note: str | None = "the server reported no usage, so the cost is unmeasured"
+            usage = CallUsage(0, 0)
+            cost, note = None, "the server reported no usage, so the cost is unmeasured"
+        elif usage.problem is not None:
+            cost, note = None, usage.problem
         else:
-            input_tokens = usage.prompt_tokens
-            output_tokens = usage.completion_tokens
-            details = usage.prompt_tokens_details
-            cached = (details.cached_tokens or 0) if details is not None else 0
-            cdetails = usage.completion_tokens_details
-            reasoning = (cdetails.reasoning_tokens or 0) if cdetails is not None else 0
-            cost, note = prices.cost(input_tokens, output_tokens, cached)
+            cost, note = prices.cost(usage.input_tokens, usage.output_tokens, usage.cached_tokens)
         wall = time.perf_counter() - state.started
         return Completion(
-            text=choice.message.content or "",
+            # A server may echo the key in a normal reply too: it never leaves the client.
+            text=self._redact.secrets(choice.message.content or ""),
             model=response.model or self._config.model,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            cached_tokens=cached,
-            reasoning_tokens=reasoning,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cached_tokens=usage.cached_tokens,
+            reasoning_tokens=usage.reasoning_tokens,
             cost_usd=cost,
             cost_note=note,
             queued_ms=state.queued_s * 1000.0,
@@ -653,21 +659,26 @@ class ModelClient:
             if redact.finds(text):
                 body = redact(text).encode()
             cost, note = 0.0, f"HTTP {response.status}: an error reply is not billed"
-        elif usage is None:
-            cost, note = None, "the server reported no usage, so the cost is unmeasured"
         else:
-            assert self._prices is not None
-            cost, note = self._prices.cost(
-                usage.input_tokens, usage.output_tokens, usage.cached_tokens
-            )
-            body = prepared.reply_body(body)
+            body = _without_keys(body, redact)
+            if usage is not None:
+                body = prepared.reply_body(body)
+            if usage is None:
+                cost, note = None, "the server reported no usage, so the cost is unmeasured"
+            elif usage.problem is not None:
+                cost, note = None, usage.problem
+            else:
+                assert self._prices is not None
+                cost, note = self._prices.cost(
+                    usage.input_tokens, usage.output_tokens, usage.cached_tokens
+                )
         tokens = usage or CallUsage(0, 0, 0, 0)
         return Forwarded(
             status=response.status,
             headers=reply_headers(response.headers, final_failure=failed),
             body=body,
             model=prepared.model,
-            usage_reported=usage is not None,
+            usage_reported=usage is not None and usage.problem is None,
             input_tokens=tokens.input_tokens,
             output_tokens=tokens.output_tokens,
             cached_tokens=tokens.cached_tokens,
@@ -688,8 +699,32 @@ def _read_forwarded(
     """Any 2xx reply is the caller's to read; its usage, when it reports one, settles
     the reservation."""
     usage = read_usage(response.body, event_stream=is_event_stream(response.headers))
-    used = None if usage is None else usage.input_tokens + usage.output_tokens
-    return None, (response, usage), used
+    return None, (response, usage), _used(usage)
+
+
+@functools.lru_cache(maxsize=64)
+def _redactor(*keys: str | None) -> Redactor:
+    """The redactor of a forwarded call's keys (the SDK's and the client's), built once
+    per pair: a call reuses its client's keys, and building one compiles its patterns."""
+    return Redactor(keys)
+
+
+def _without_keys(body: bytes, redact: Redactor) -> bytes:
+    """A successful reply's body without the keys the request carried (a server may
+    echo them in a normal reply as well as in an error)."""
+    if not redact.keys:  # a call without a key: nothing to look for
+        return body
+    text = body.decode("utf-8", "replace")
+    clean = redact.secrets(text)
+    return body if clean is text else clean.encode()
+
+
+def _used(usage: CallUsage | None) -> int | None:
+    """The tokens a reply settles its reservation with; None (refunded) when it reported
+    none, or none that can be true."""
+    if usage is None or usage.problem is not None:
+        return None
+    return usage.input_tokens + usage.output_tokens
 
 
 class _CallState:

@@ -45,6 +45,10 @@ def _int_at_least(name: str, value: int | None, low: int, high: int) -> None:
         )
 
 
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+OPENAI_KEY_ENV = "OPENAI_API_KEY"
+
+
 class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
     """How to reach one model and how hard to push it.
 
@@ -52,10 +56,15 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
     (``https://api.openai.com/v1``, ``http://127.0.0.1:8000/v1`` for vLLM, llama.cpp or
     Ollama). The API key is read from the environment variable ``api_key_env`` when the
     client opens (``None``: send no key), so a config can be printed, logged and pickled
-    without leaking it.
+    without leaking it. Left unset it is ``OPENAI_API_KEY``, whose key goes to OpenAI's
+    base URL only: a config for another server that does not name its key's variable is
+    refused when the key is read, rather than sent OpenAI's key.
 
     Limits: ``rpm``/``tpm`` (None: unlimited) feed the rate governor shared by every client
-    of the same (base URL, key, model); ``max_concurrency`` caps requests in flight.
+    of the same (base URL, key, model); ``max_concurrency`` caps requests in flight: the
+    governor keeps in flight what the budget allows at the measured latency (Little's law),
+    or, with no budget known, grows while latency stays flat (``_concurrency.py``),
+    starting from 64 and never past this cap.
     ``rate_margin`` paces that fraction below ``rpm``/``tpm``, so that arrival jitter
     between this process and the server's own window does not trip the server's limiter.
     ``timeout`` bounds one HTTP attempt, ``deadline`` (None: none) the whole call including
@@ -68,11 +77,12 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     model: str
-    base_url: str = "https://api.openai.com/v1"
-    api_key_env: str | None = "OPENAI_API_KEY"
+    base_url: str = OPENAI_BASE_URL
+    #: Unset: OpenAI's variable, for OpenAI's base URL only (see :meth:`api_key`).
+    api_key_env: str | msgspec.UnsetType | None = msgspec.UNSET
     rpm: float | None = None
     tpm: float | None = None
-    max_concurrency: int = 64
+    max_concurrency: int = 1024
     rate_margin: float = 0.02
     timeout: float = 60.0
     deadline: float | None = None
@@ -99,8 +109,10 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
                 field="base_url",
                 value=self.base_url,
             )
-        if self.api_key_env is not None and (
-            not isinstance(self.api_key_env, str) or not self.api_key_env.strip()
+        if (
+            self.api_key_env is not None
+            and self.api_key_env is not msgspec.UNSET
+            and (not isinstance(self.api_key_env, str) or not self.api_key_env.strip())
         ):
             raise ModelConfigError(
                 "`api_key_env` must name an environment variable (or be None for a server "
@@ -154,16 +166,29 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
         return self.base_url.rstrip("/") + "/chat/completions"
 
     def api_key(self) -> str | None:
-        """Read the key from the environment; a missing variable is a clear error."""
-        if self.api_key_env is None:
+        """Read the key from the environment; a missing variable is a clear error, and so
+        is an unset ``api_key_env`` with a base URL other than OpenAI's."""
+        env = self.api_key_env
+        if env is None:
             return None
-        key = os.environ.get(self.api_key_env)
+        if env is msgspec.UNSET:
+            if self.base_url.rstrip("/") != OPENAI_BASE_URL:
+                raise ModelConfigError(
+                    f"model {self.model!r} at {self.base_url} names no `api_key_env`, and "
+                    f"the default {OPENAI_KEY_ENV} is sent only to {OPENAI_BASE_URL}: pass "
+                    "api_key_env='<the variable holding this server's key>', or "
+                    "api_key_env=None for a server that takes no key",
+                    field="api_key_env",
+                    value=None,
+                )
+            env = OPENAI_KEY_ENV
+        key = os.environ.get(env)
         if not key:
             raise ModelConfigError(
-                f"environment variable {self.api_key_env} (the `api_key_env` of model "
+                f"environment variable {env} (the `api_key_env` of model "
                 f"{self.model!r}) is not set: export it, or pass api_key_env=None for a "
                 "server that takes no key",
                 field="api_key_env",
-                value=self.api_key_env,
+                value=env,
             )
         return key

@@ -31,6 +31,12 @@ The rule, and why:
    piece of the key (a message cut in the middle of an echoed key, the piece at the start
    or end of a run of such characters) are replaced too.
 
+Texts that are data, not error messages (a model's successful reply, an output, a
+metric's feedback), go through :meth:`Redactor.secrets` instead: rules 2 and 3 only, for
+keys of :data:`SUBSTRING_MIN` characters or more. A reply may quote ``Bearer`` or
+``api_key=`` as its content, and a short key is a word it may hold; replacing either
+would change the data, and neither leaks a secret.
+
 No key is too short: rule 2 applies to every length from 1. A marker already in a text
 is kept as it is (even for a key spelt ``redacted``), so redacting twice changes nothing.
 A 1-character key whose character is in the marker (``[``) is "shown" by every marker;
@@ -115,6 +121,29 @@ def _key_pattern(key: str) -> str:
     return "|".join(parts)
 
 
+def _probes(keys: list[str]) -> tuple[str, ...]:
+    """Lower-case pieces one of which is in every text :meth:`Redactor.secrets` changes.
+
+    Each written form of each key (rule 2); for a key long enough for rule 3, its pieces
+    of ``FRAGMENT_MIN // 2`` characters at multiples of that length: every run of
+    ``FRAGMENT_MIN`` of the key's characters holds one of them whole. A piece that holds
+    another is dropped (the shorter one is found wherever the longer is).
+    """
+    step = FRAGMENT_MIN // 2
+    found: set[str] = set()
+    for key in keys:
+        found.update(form.lower() for form in _forms(key))
+        if len(key) > FRAGMENT_MIN:
+            low = key.lower()
+            found.update(low[i : i + step] for i in range(0, len(low) - step + 1, step))
+    ordered = sorted(found, key=len)
+    kept: list[str] = []
+    for probe in ordered:
+        if not any(shorter in probe for shorter in kept):
+            kept.append(probe)
+    return tuple(kept)
+
+
 class Redactor:
     """Removes ``keys`` (and every credential form) from texts and exceptions.
 
@@ -122,12 +151,16 @@ class Redactor:
     clean text. ``Redactor()`` with no key still applies the credential-form rule.
     """
 
-    __slots__ = ("_fragment", "_keys", "_lower", "_pattern")
+    __slots__ = ("_fragment", "_keys", "_long", "_lower", "_pattern", "_probes")
 
     def __init__(self, keys: Iterable[str | None] = ()) -> None:
         self._keys = tuple(sorted({k for k in keys if k}, key=len, reverse=True))
         alternatives = [_key_pattern(k) for k in self._keys]
         self._pattern = re.compile("|".join(alternatives), re.IGNORECASE) if alternatives else None
+        # Rule 2 for the keys long enough to be redacted wherever they occur (secrets()).
+        long = [k for k in self._keys if len(k) >= SUBSTRING_MIN]
+        self._long = re.compile("|".join(map(_key_pattern, long)), re.IGNORECASE) if long else None
+        self._probes = _probes(long)
         # Pieces of keys are compared in lower case, for the same reason.
         self._lower = tuple(k.lower() for k in self._keys if len(k) > FRAGMENT_MIN)
         chars = "".join(sorted({c for k in self._lower for c in k + k.upper()}))
@@ -147,6 +180,37 @@ class Redactor:
         return text.replace(_MARK, REDACTED)
 
     __call__ = text
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The keys this redactor hides (longest first)."""
+        return self._keys
+
+    def secrets(self, text: str) -> str:
+        """``text`` with only the keys themselves replaced: rules 2 and 3 for keys of
+        :data:`SUBSTRING_MIN` characters or more, no credential forms, no short keys.
+
+        For texts that are data, not error messages: a model's reply, an output, a
+        metric's feedback. A reply may quote ``Bearer`` or ``api_key=`` as content, and
+        a short key (``"test"``, ``"ollama"``) is a word a reply may hold, which
+        replacing would change; neither is a secret the text can leak. A text with no
+        key in it is returned as it is (the same object), after :meth:`might_hold`.
+        """
+        if self._long is None or not self.might_hold(text):
+            return text
+        marked = text.replace(REDACTED, _MARK)
+        marked = self._long.sub(_MARK, marked)
+        if self._fragment is not None:
+            marked = self._fragment.sub(self._cut_key, marked)
+        clean = marked.replace(_MARK, REDACTED)
+        return text if clean == text else clean
+
+    def might_hold(self, text: str) -> bool:
+        """False when ``text`` certainly holds none of what :meth:`secrets` replaces: a
+        few substring searches of its lower case (much faster than the rules' patterns),
+        so that clean texts, the usual case, cost almost nothing."""
+        low = text.lower()
+        return any(probe in low for probe in self._probes)
 
     def _cut_key(self, match: re.Match[str]) -> str:
         """A run of key characters: the part of it that is a piece of a key (the whole

@@ -16,10 +16,13 @@ from the reply the provider wrote, in whichever of these shapes it is:
   ``message_start`` updated by each ``message_delta`` (whose ``output_tokens`` is the
   running total).
 
-One reader serves all three: take the last usage object seen (a ``message_delta``'s is
-merged into the one before it), then map its fields. Nothing here is exact about the
-request's size: :func:`estimate_request` is the governor's reservation, settled from the
-usage when the reply comes.
+One reader serves all three, and both of the client's paths (a forwarded call's reply,
+and ``complete()``'s chat completion through :func:`usage_of`): take the last usage
+object seen (a ``message_delta``'s is merged into the one before it), then map its
+fields, each checked: a count that cannot be true makes the call's cost unmeasured
+(``CallUsage.problem``), never a negative or absurd cost, never a clamped $0. Nothing
+here is exact about the request's size: :func:`estimate_request` is the governor's
+reservation, settled from the usage when the reply comes.
 """
 
 from __future__ import annotations
@@ -32,7 +35,14 @@ import msgspec
 
 from ._wire import estimate_tokens, responses_messages
 
-__all__ = ["CallUsage", "estimate_request", "read_usage", "strip_usage_chunks"]
+__all__ = [
+    "MAX_TOKENS",
+    "CallUsage",
+    "estimate_request",
+    "read_usage",
+    "strip_usage_chunks",
+    "usage_of",
+]
 
 #: Completion tokens reserved when the request does not cap its output.
 DEFAULT_OUTPUT_RESERVE = 256
@@ -41,47 +51,117 @@ _decode = msgspec.json.decode
 _EVENT_END = re.compile(rb"\r?\n\r?\n")
 
 
+#: More tokens than this in one call cannot be true (the largest context windows hold a
+#: few million): a count above it is a server's fault, not a bill.
+MAX_TOKENS = 10**9
+
+
 class CallUsage(NamedTuple):
     """Tokens of one call, in the client's terms: cached and reasoning tokens are parts of
-    ``input_tokens`` and ``output_tokens``, as :class:`~llm_client.Completion` counts them."""
+    ``input_tokens`` and ``output_tokens``, as :class:`~llm_client.Completion` counts them.
+
+    ``problem`` is set when the reply's usage cannot be true (a count that is negative,
+    above :data:`MAX_TOKENS`, or not a JSON integer: a float, a string, a boolean, null;
+    more cached tokens than input tokens): the counts are then 0 and the call's cost is
+    *unmeasured* with ``problem`` as the reason, never a negative or absurd bill, and
+    never a clamped $0.
+    """
 
     input_tokens: int
     output_tokens: int
-    cached_tokens: int
-    reasoning_tokens: int
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    problem: str | None = None
 
 
-def _int(value: Any) -> int:
-    return value if type(value) is int and value >= 0 else 0
+def _kind(value: Any) -> str:
+    """What a count that cannot be true is, without echoing a string (it may be anything
+    a server sent, a key included)."""
+    if isinstance(value, bool):
+        return f"a boolean ({value})"
+    if value is None:
+        return "null"
+    if isinstance(value, int):
+        return f"{value}, negative" if value < 0 else f"{value}, more than {MAX_TOKENS:,}"
+    if isinstance(value, float):
+        return f"{value!r}, not a whole number" if value == value else "NaN"
+    kinds = {str: "a string", list: "a list", dict: "an object"}
+    return next((k for t, k in kinds.items() if isinstance(value, t)), type(value).__name__)
 
 
-def _detail(usage: Mapping[str, Any], name: str, field: str) -> int:
-    details = usage.get(name)
-    return _int(details.get(field)) if isinstance(details, Mapping) else 0
+class _Reader:
+    """The counts of one usage object, and what in it cannot be true."""
+
+    __slots__ = ("problems",)
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+
+    def count(self, table: Any, name: str, *, where: str = "", optional: bool = False) -> int:
+        """``table[name]`` when it is a count that can be true; else 0, and the problem
+        noted. Absent is 0 (an embedding has no completion tokens); null is 0 only for
+        the ``optional`` parts (cached and reasoning tokens, which servers send as null)."""
+        if not isinstance(table, Mapping) or name not in table:
+            return 0
+        value = table[name]
+        if type(value) is int and 0 <= value <= MAX_TOKENS:
+            return value
+        if value is None and optional:
+            return 0
+        self.problems.append(f"{where}{name} is {_kind(value)}")
+        return 0
+
+    def detail(self, usage: Mapping[str, Any], name: str, field: str) -> int:
+        return self.count(usage.get(name), field, where=f"{name}.", optional=True)
+
+    def usage(self, counts: CallUsage) -> CallUsage:
+        problems = self.problems
+        if counts.cached_tokens > counts.input_tokens:
+            problems.append(
+                f"{counts.cached_tokens} cached tokens of {counts.input_tokens} input tokens"
+            )
+        if not problems:
+            return counts
+        why = (
+            f"the server reported usage that cannot be true ({'; '.join(problems)}), so "
+            "the cost is unmeasured"
+        )
+        return CallUsage(0, 0, 0, 0, why)
 
 
 def _as_usage(usage: Mapping[str, Any]) -> CallUsage | None:
+    read = _Reader()
     if "prompt_tokens" in usage or "completion_tokens" in usage:
-        return CallUsage(
-            _int(usage.get("prompt_tokens")),
-            _int(usage.get("completion_tokens")),
-            _detail(usage, "prompt_tokens_details", "cached_tokens"),
-            _detail(usage, "completion_tokens_details", "reasoning_tokens"),
+        return read.usage(
+            CallUsage(
+                read.count(usage, "prompt_tokens"),
+                read.count(usage, "completion_tokens"),
+                read.detail(usage, "prompt_tokens_details", "cached_tokens"),
+                read.detail(usage, "completion_tokens_details", "reasoning_tokens"),
+            )
         )
     if "input_tokens" in usage or "output_tokens" in usage:
-        cache_read = _int(usage.get("cache_read_input_tokens"))
-        cache_write = _int(usage.get("cache_creation_input_tokens"))
-        cached = cache_read or _detail(usage, "input_tokens_details", "cached_tokens")
-        return CallUsage(
-            _int(usage.get("input_tokens")) + cache_read + cache_write,
-            _int(usage.get("output_tokens")),
-            cached,
-            _detail(usage, "output_tokens_details", "reasoning_tokens"),
+        cache_read = read.count(usage, "cache_read_input_tokens", optional=True)
+        cache_write = read.count(usage, "cache_creation_input_tokens", optional=True)
+        cached = cache_read or read.detail(usage, "input_tokens_details", "cached_tokens")
+        return read.usage(
+            CallUsage(
+                read.count(usage, "input_tokens") + cache_read + cache_write,
+                read.count(usage, "output_tokens"),
+                cached,
+                read.detail(usage, "output_tokens_details", "reasoning_tokens"),
+            )
         )
     return None
 
 
-def _usage_of(event: Any) -> Mapping[str, Any] | None:
+def usage_of(usage: Any) -> CallUsage | None:
+    """The tokens of a decoded ``usage`` object (any of the three shapes), checked; None
+    when there is none (absent, null, not an object, or with no counts)."""
+    return _as_usage(usage) if isinstance(usage, Mapping) else None
+
+
+def _usage_object(event: Any) -> Mapping[str, Any] | None:
     """The usage object of one JSON body or stream event, wherever the API puts it."""
     if not isinstance(event, Mapping):
         return None
@@ -100,7 +180,7 @@ def read_usage(body: bytes, *, event_stream: bool) -> CallUsage | None:
     """The usage a reply reports, or None when it reports none (or is not JSON)."""
     if not event_stream:
         try:
-            return _usage_from(_usage_of(_decode(body)))
+            return usage_of(_usage_object(_decode(body)))
         except msgspec.DecodeError:
             return None
     merged: dict[str, Any] | None = None
@@ -111,18 +191,14 @@ def read_usage(body: bytes, *, event_stream: bool) -> CallUsage | None:
             event = _decode(line[5:])
         except msgspec.DecodeError:
             continue
-        usage = _usage_of(event)
+        usage = _usage_object(event)
         if usage is None:
             continue
         if merged is not None and event.get("type") == "message_delta":
             merged.update((k, v) for k, v in usage.items() if v is not None)
         else:
             merged = dict(usage)
-    return _usage_from(merged)
-
-
-def _usage_from(usage: Mapping[str, Any] | None) -> CallUsage | None:
-    return None if usage is None else _as_usage(usage)
+    return usage_of(merged)
 
 
 def estimate_request(payload: Mapping[str, Any]) -> int:

@@ -1,6 +1,6 @@
 """Parsing and validating a ``REWARD_SPEC`` into a :class:`RewardSpec`.
 
-The rules are the contract's (``CONTRACT.md``, "Accuracy, speed and cost"): four sections,
+The rules are the contract's (``docs/contract.md``, "Accuracy, speed and cost"): four sections,
 ``weights`` with exactly ``accuracy``, ``speed`` and ``cost`` (each >= 0, not all 0,
 scaled to sum to 1), positive references for speed (milliseconds) and cost (US dollars),
 and an optional positive ``accuracy.reference`` that turns accuracy into an error.

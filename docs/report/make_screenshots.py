@@ -1,7 +1,7 @@
-"""The README's screenshots of `skynet-eval report`, remade from the shipped example.
+"""The screenshots of docs/guide/report.md (`skynet-eval report`), from the shipped example.
 
 Runs examples/classify twice (the shipped prompt, and prompt_draft.txt as the baseline),
-builds both pages as the README's commands do, and photographs them in the system
+builds both pages as that page's commands do, and photographs them in the system
 Chromium (the browser the tests use):
 
     python docs/report/make_screenshots.py

@@ -13,11 +13,14 @@ from ._disk import CacheWarning as CacheWarning
 from ._disk import DiskStats as DiskStats
 from ._disk import DiskStore as DiskStore
 from ._disk import check_directory as check_directory
+from ._key import NOT_KEYED as NOT_KEYED
 from ._key import KeyMaker as KeyMaker
+from ._key import check_key_files as check_key_files
 from ._key import depends_on_measurements as depends_on_measurements
 
 __all__ = [
     "FILE_NAME",
+    "NOT_KEYED",
     "CacheStatistics",
     "CacheWarning",
     "DiskStats",
@@ -26,5 +29,6 @@ __all__ = [
     "Lookup",
     "ResultCache",
     "check_directory",
+    "check_key_files",
     "depends_on_measurements",
 ]

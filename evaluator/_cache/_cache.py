@@ -8,6 +8,14 @@ and only those whose stored form decodes to an equal ``Result`` (an output or ex
 value msgpack would change, a tuple say, is run again rather than changed): a hit is the
 very result that was stored, with ``cached=True``.
 
+Every stored value is *sealed* (:func:`seal`): the cache format, a tag of the ``Result``
+layout this engine decodes, and a BLAKE2b digest keyed by the entry's own key, before the
+msgpack. A value read from disk is checked before it is used or kept in memory: one that
+was cut short, changed in place, moved to another key or written by an engine with
+another ``Result`` layout (or that does not decode) is a miss; it runs again and its new
+result replaces it. The count of such values is in :class:`CacheStatistics` and in one
+:class:`CacheWarning` when the cache closes (one per run, not one per value).
+
 Writes to disk do not hold up the chunk that made them: they go to a writer task the
 cache owns, which stores them in batches on the disk's thread and is drained when the
 cache closes; lookups read on a second connection meanwhile (WAL: readers never wait for
@@ -20,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import hashlib
 import sqlite3
 import warnings
 from collections.abc import Sequence
@@ -32,15 +41,46 @@ from .._aio import shielded
 from .._dataset import Example
 from .._results import Result
 from ._disk import FILE_NAME, CacheWarning, DiskStore
-from ._key import KeyMaker
+from ._key import CACHE_FORMAT, KeyMaker
 
-__all__ = ["DEFAULT_MEMORY_BYTES", "CacheStatistics", "Lookup", "ResultCache"]
+__all__ = ["DEFAULT_MEMORY_BYTES", "CacheStatistics", "Lookup", "ResultCache", "seal", "unseal"]
 
 #: The memory tier's bound: the oldest entries go first once it holds this much.
 DEFAULT_MEMORY_BYTES = 512 * 1024 * 1024
 
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder(Result).decode
+
+#: What a sealed value starts with: ours, the cache format, and a tag of the ``Result``
+#: layout (its fields and their types), so that a value written by an engine whose
+#: ``Result`` differs is refused even where its msgpack would decode (to other fields).
+_LAYOUT = hashlib.blake2b(repr(msgspec.inspect.type_info(Result)).encode(), digest_size=4).digest()
+_PREFIX = b"sk" + CACHE_FORMAT.to_bytes(1, "little") + _LAYOUT
+_DIGEST = 16
+_SEALED = len(_PREFIX)
+_HEAD = _SEALED + _DIGEST
+
+
+def seal(key: bytes, payload: bytes) -> bytes:
+    """``payload`` (a Result's msgpack) as stored under ``key``: prefix, digest, payload.
+    The digest is keyed by ``key``: a value copied to another key fails its check too."""
+    return _PREFIX + hashlib.blake2b(payload, key=key, digest_size=_DIGEST).digest() + payload
+
+
+def unseal(key: bytes, value: bytes) -> memoryview | None:
+    """The payload of the value stored under ``key``; None when it fails its check."""
+    if not value.startswith(_PREFIX):
+        return None
+    payload = memoryview(value)[_HEAD:]
+    digest = hashlib.blake2b(payload, key=key, digest_size=_DIGEST).digest()
+    return payload if value[_SEALED:_HEAD] == digest else None
+
+
+def _decoded(payload: memoryview | bytes) -> Result | None:
+    try:
+        return _decode(payload)
+    except (msgspec.DecodeError, ValueError, TypeError, RecursionError):
+        return None
 
 
 class CacheStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -59,6 +99,9 @@ class CacheStatistics(msgspec.Struct, frozen=True, kw_only=True):
     disk: str | None = None
     """The cache file, when the disk tier is on."""
     disk_errors: int = 0
+    damaged: int = 0
+    """Stored values that failed their check (cut short, changed, from another version):
+    run again as misses, and replaced."""
     measured: bool = False
     """The metric's scores depend on measured speed or cost: hits keep the measurements
     they were scored with."""
@@ -108,6 +151,9 @@ class ResultCache:
         # writer stores earlier chunks' results, so a lookup never queues behind a write.
         self._disk: dict[str, _Tier] = {}
         self._pending: list[tuple[bytes, bytes]] = []
+        # Keys whose stored value failed its check: their next store replaces it.
+        self._damaged: set[bytes] = set()
+        self._replacing: list[tuple[bytes, bytes]] = []
         self._wake: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
         # Lookups waiting for the reader: many small chunks at once (a model-bound run
@@ -119,7 +165,7 @@ class ResultCache:
         self._counts = dict.fromkeys(
             ("lookups", "memory_hits", "disk_hits", "misses", "uncacheable", "stored"), 0
         )
-        self._counts.update(not_stored=0, disk_errors=0)
+        self._counts.update(not_stored=0, disk_errors=0, damaged=0)
 
     # -- lifetime ---------------------------------------------------------------------
 
@@ -152,6 +198,28 @@ class ResultCache:
         if tasks:
             await asyncio.wait(tasks)
         await self._close_disk()
+        unkeyed = self.keys.unkeyed_reads()
+        if unkeyed:
+            shown = ", ".join(str(p) for p in unkeyed[:5])
+            more = f" and {len(unkeyed) - 5:,} more" if len(unkeyed) > 5 else ""
+            warnings.warn(
+                f"result cache: the metric or program read {shown}{more} during calls; the "
+                "cache key does not hold them, so an edit to them is not seen by the next "
+                "cached run: read them at import, or add them to the key (--cache-key-file "
+                "PATH, or Evaluator(cache_key_files=[...]))",
+                CacheWarning,
+                stacklevel=2,
+            )
+        damaged = self._counts["damaged"]
+        if damaged:
+            where = "" if self.directory is None else f" {self.directory / FILE_NAME}"
+            warnings.warn(
+                f"result cache{where}: {damaged:,} stored result(s) failed their check "
+                "(damaged, cut short, or written by another version of the engine); they "
+                "were run again as misses and their new results replace them",
+                CacheWarning,
+                stacklevel=2,
+            )
 
     async def _close_disk(self) -> None:
         tiers, self._disk = list(self._disk.values()), {}
@@ -177,35 +245,57 @@ class ResultCache:
         memory = self._memory
         values: list[bytes | None] = [memory.get(k) if k is not None else None for k in keys]
         counts["memory_hits"] += n - values.count(None)
-        if self._disk:
-            await self._from_disk(keys, values)
+        from_disk = await self._from_disk(keys, values) if self._disk else _NONE
         hits = found.hits
         for i, (ex, key, value) in enumerate(zip(examples, keys, values, strict=True)):
-            if value is None:
+            # Memory holds only values checked on their way in (or sealed here): the
+            # payload starts at _HEAD. One that does not decode is a damaged entry too.
+            result = None if value is None else _decoded(memoryview(value)[_HEAD:])
+            if result is None:
+                if value is not None:
+                    assert key is not None
+                    self._damage(key)
+                    counts["disk_hits" if i in from_disk else "memory_hits"] -= 1
                 counts["uncacheable" if key is None else "misses"] += 1
                 found.misses.append(ex)
                 found.positions.append(i)
             else:
-                result = _decode(value)
                 result.example_id = ex.id
                 result.cached = True
                 hits[i] = result
         return found
 
-    async def _from_disk(self, keys: list[bytes | None], values: list[bytes | None]) -> None:
+    def _damage(self, key: bytes) -> None:
+        """The value stored under ``key`` failed its check: a miss, counted (once, however
+        often it is read before it is replaced), replaced by the next store."""
+        if key not in self._damaged:
+            self._counts["damaged"] += 1
+            self._damaged.add(key)
+        value = self._memory.pop(key, None)
+        if value is not None:
+            self._memory_bytes -= len(value) + len(key)
+
+    async def _from_disk(
+        self, keys: list[bytes | None], values: list[bytes | None]
+    ) -> frozenset[int] | set[int]:
+        """Fill ``values`` from disk where memory had none; the positions filled."""
         wanted = [k for k, v in zip(keys, values, strict=True) if k is not None and v is None]
         if not wanted:
-            return
+            return _NONE
         found = await self._read(wanted)
         if not found:
-            return
-        hits = 0  # the batch's reply may hold other chunks' keys too: count this chunk's
+            return _NONE
+        filled = set()  # the batch's reply may hold other chunks' keys too: count this chunk's
         for i, key in enumerate(keys):
             if values[i] is None and key is not None and (value := found.get(key)) is not None:
+                if unseal(key, value) is None:
+                    self._damage(key)
+                    continue
                 values[i] = value
-                hits += 1
+                filled.add(i)
                 self._remember(key, value)
-        self._counts["disk_hits"] += hits
+        self._counts["disk_hits"] += len(filled)
+        return filled
 
     async def _read(self, wanted: list[bytes]) -> dict[bytes, bytes]:
         """The stored values of ``wanted``, read together with other chunks' lookups."""
@@ -242,24 +332,32 @@ class ResultCache:
         """Keep ``fresh`` (the results of ``found.misses``) that have no error."""
         keys = found.keys
         counts = self._counts
+        damaged = self._damaged
         items = []
+        replacing = []
         for position, result in zip(found.positions, fresh, strict=True):
             key = keys[position]
             if key is None or result.error is not None:
                 continue
             try:
-                value = _encode(result)
+                payload = _encode(result)
             except (TypeError, ValueError, OverflowError):
                 counts["not_stored"] += 1
                 continue
-            if not _plain(result) and _decode(value) != result:
+            if not _plain(result) and _decode(payload) != result:
                 counts["not_stored"] += 1
                 continue
+            value = seal(key, payload)
             self._remember(key, value)
-            items.append((key, value))
-        counts["stored"] += len(items)
-        if items and self._disk and self._wake is not None and not self._closing:
+            if damaged and key in damaged:
+                damaged.discard(key)
+                replacing.append((key, value))
+            else:
+                items.append((key, value))
+        counts["stored"] += len(items) + len(replacing)
+        if (items or replacing) and self._disk and self._wake is not None and not self._closing:
             self._pending.extend(items)
+            self._replacing.extend(replacing)
             self._wake.set()
 
     def _remember(self, key: bytes, value: bytes) -> None:
@@ -277,25 +375,30 @@ class ResultCache:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            while self._pending:
+            while self._pending or self._replacing:
                 batch, self._pending = self._pending, []
-                await self._disk_call("write", "put_many", batch)
+                if batch:
+                    await self._disk_call("write", "put_many", batch)
+                batch, self._replacing = self._replacing, []
+                if batch:
+                    await self._disk_call("write", "put_many", batch, True)
             if self._closing:
                 return
 
-    async def _disk_call(self, role: str, name: str, arg: Any) -> Any:
+    async def _disk_call(self, role: str, name: str, *args: Any) -> Any:
         """A call on the disk; a failure drops the disk tier for the rest of the run (the
         next open checks the file, and moves it aside if it is bad)."""
         tier = self._disk.get(role)
         if tier is None:
             return None
         try:
-            return await tier.call(name, arg)
+            return await tier.call(name, *args)
         except (sqlite3.Error, OSError) as exc:
             self._counts["disk_errors"] += 1
             if self._disk:
                 path = tier.path
                 self._pending.clear()
+                self._replacing.clear()
                 await self._close_disk()
                 warnings.warn(
                     f"result cache {path}: {exc}; this run goes on with the memory cache "
@@ -314,6 +417,7 @@ class ResultCache:
         )
 
 
+_NONE: frozenset[int] = frozenset()
 _PLAIN = (str, int, float, bool, type(None))
 
 
@@ -339,10 +443,10 @@ class _Tier:
         self.store = await loop.run_in_executor(self._thread, DiskStore.open, directory)
         self.path = self.store.path
 
-    async def call(self, name: str, arg: Any) -> Any:
+    async def call(self, name: str, *args: Any) -> Any:
         assert self.store is not None
         fn = getattr(self.store, name)
-        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, arg)
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
     async def close(self) -> None:
         store, self.store = self.store, None

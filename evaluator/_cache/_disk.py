@@ -32,6 +32,7 @@ from pathlib import Path
 import msgspec
 
 from .._exceptions import ConfigError
+from .._outpath import check_output_path
 from ._key import CACHE_FORMAT
 
 __all__ = ["FILE_NAME", "CacheWarning", "DiskStats", "DiskStore"]
@@ -80,6 +81,10 @@ def check_directory(directory: str | os.PathLike[str], option: str = "cache") ->
             option=option,
             value=str(directory),
         )
+    if path.is_dir():  # the cache's own files: never a FIFO or a device written through
+        for name in (FILE_NAME, f"{FILE_NAME}-wal", f"{FILE_NAME}-shm", f"{FILE_NAME}.lock"):
+            if os.path.lexists(path / name):
+                check_output_path(path / name, option=option)
     return path
 
 
@@ -124,14 +129,16 @@ class DiskStore:
             found.update(rows.fetchall())
         return found
 
-    def put_many(self, items: Sequence[tuple[bytes, bytes]]) -> None:
-        """Store ``items`` in one transaction; a key already stored keeps its value."""
+    def put_many(self, items: Sequence[tuple[bytes, bytes]], replace: bool = False) -> None:
+        """Store ``items`` in one transaction; a key already stored keeps its value, unless
+        ``replace`` (its value failed its check on reading: the new one takes its place)."""
         now = time.time()
         conn = self._conn
+        verb = "REPLACE" if replace else "IGNORE"
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.executemany(
-                "INSERT OR IGNORE INTO results (key, value, created) VALUES (?, ?, ?)",
+                f"INSERT OR {verb} INTO results (key, value, created) VALUES (?, ?, ?)",
                 [(k, v, now) for k, v in items],
             )
             conn.execute("COMMIT")

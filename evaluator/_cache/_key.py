@@ -8,7 +8,11 @@ known, so that a lookup costs one small encode and one hash:
   so a spec computed at import counts too), the program file's source, the source of
   every helper module loaded from the metric's or the program's folder when the
   Evaluator is made (``from helpers import grade`` beside ``metric.py``; installed
-  packages are not read: their version is the environment's), and the model
+  packages are not read: their version is the environment's), the bytes of every file
+  the metric's or program's code opened for reading at its import (``rubric.txt``, a
+  helper imported from a sibling folder through ``sys.path``, the files that helper
+  reads: :func:`~evaluator._fingerprint.read_by`), the files named by
+  ``cache_key_files`` (``--cache-key-file``), and the model
   settings that shape outputs or costs (model, base URL, temperature, max tokens, prices;
   not rate limits, timeouts or concurrency) of the program and judge models and the SDK
   base URL (a server on this machine, 127.0.0.1 or localhost, by its path: its port
@@ -19,8 +23,12 @@ known, so that a lookup costs one small encode and one hash:
 
 A value with no canonical form (an object msgpack cannot encode, a dict whose keys cannot
 be sorted) makes its example *uncacheable*: it is run and counted, never keyed by a
-``repr`` that could be equal for different values. Tuples and lists encode alike. A
-helper module imported only later, inside a call, is not seen: the docs say so.
+``repr`` that could be equal for different values. Tuples and lists encode alike.
+
+Not keyed (:data:`NOT_KEYED`, printed by ``skynet-eval run --cache``): a file or helper
+first opened during a call (seen in the engine's process and warned about when the
+cache closes, :meth:`KeyMaker.unkeyed_reads`; not seen in worker processes), environment
+variables, installed packages, and anything fetched over the network.
 """
 
 from __future__ import annotations
@@ -36,15 +44,23 @@ import msgspec
 
 from .._dataset import Example
 from .._exceptions import ConfigError
+from .._fingerprint import files_print, read_by, reads_since
 from .._loader import UserFunction
 from .._models import Models
 
-__all__ = ["CACHE_FORMAT", "CONTRACT_VERSION", "KeyMaker", "depends_on_measurements"]
+__all__ = [
+    "CACHE_FORMAT",
+    "CONTRACT_VERSION",
+    "NOT_KEYED",
+    "KeyMaker",
+    "check_key_files",
+    "depends_on_measurements",
+]
 
 #: Bumped when the engine's handling of a call changes what a result holds.
 CONTRACT_VERSION = 1
 #: The cache's own format: bumped when the key or the stored value changes shape.
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 
 #: The model settings that can change an output, its usage, or its cost.
 _MODEL_FIELDS = (
@@ -59,6 +75,12 @@ _MODEL_FIELDS = (
 )
 
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
+#: What the key does not hold, in the words ``skynet-eval run --cache`` prints.
+NOT_KEYED = (
+    "files first read during a call (in a worker process they are not even seen), "
+    "environment variables, installed packages and anything fetched over the network"
+)
 
 _encode = msgspec.msgpack.Encoder(order="sorted").encode
 
@@ -101,19 +123,43 @@ def _loaded_under(folders: set[Path], skip: set[Path]) -> Iterator[Path]:
             yield path
 
 
-def _helpers(*fns: UserFunction | None) -> bytes:
-    """The sources of the helper modules the user's files loaded from their folders, by
-    path: editing a helper changes the key as editing the file does."""
+def _depends(*fns: UserFunction | None) -> set[Path]:
+    """What the user's files depend on beside themselves: the helper modules loaded from
+    their folders, and the files their code opened for reading at import (their module
+    code, and the helpers it imported): editing one changes the key as editing the file
+    does. Files read in calls are left out, so that the key does not depend on whether a
+    call ran before it was made (:meth:`KeyMaker.unkeyed_reads` warns of them)."""
     files = {Path(fn.path).resolve() for fn in fns if fn is not None}
-    h = hashlib.blake2b(digest_size=16)
-    for path in sorted(set(_loaded_under({f.parent for f in files}, files))):
-        try:
-            source = path.read_bytes()
-        except OSError:
-            continue  # gone since it was imported: what runs is the loaded module
-        h.update(str(path).encode("utf-8", "surrogatepass") + b"\0")
-        h.update(len(source).to_bytes(8, "little") + source)
-    return h.digest()
+    found = set(_loaded_under({f.parent for f in files}, files))
+    found.update(p.resolve() for p in read_by(files, at_import=True))
+    return found - files
+
+
+def check_key_files(paths: Any, option: str = "cache_key_files") -> tuple[Path, ...]:
+    """``paths`` (files to add to the cache key) as resolved paths; each must be a file."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    try:
+        given = list(paths)
+    except TypeError:
+        raise ConfigError(
+            f"must be a list of file paths, got {paths!r}", option=option, value=paths
+        ) from None
+    out = []
+    for path in given:
+        if not isinstance(path, (str, Path)) or not str(path).strip():
+            raise ConfigError(f"must be file paths, got {path!r}", option=option, value=path)
+        p = Path(path).expanduser()
+        if not p.is_file():
+            why = "a directory" if p.is_dir() else "not a file" if p.exists() else "missing"
+            raise ConfigError(
+                f"{path} is {why}; name the files the metric or program reads (their bytes "
+                "are part of the cache key)",
+                option=option,
+                value=str(path),
+            )
+        out.append(p.resolve())
+    return tuple(sorted(set(out)))
 
 
 def _spec(fn: UserFunction) -> bytes:
@@ -161,9 +207,20 @@ def canonical(value: Any) -> bytes | None:
 class KeyMaker:
     """Cache keys for one Evaluator's metric, program and models."""
 
-    __slots__ = ("engine",)
+    __slots__ = ("engine", "files", "mark", "roots")
 
-    def __init__(self, metric: UserFunction, program: UserFunction | None, models: Models) -> None:
+    def __init__(
+        self,
+        metric: UserFunction,
+        program: UserFunction | None,
+        models: Models,
+        files: Sequence[Path] = (),
+    ) -> None:
+        self.roots = tuple(Path(fn.path).resolve() for fn in (metric, program) if fn is not None)
+        self.mark = reads_since()
+        #: The files the key holds beside the metric's and the program's: their helpers,
+        #: the files their code read, and ``files`` (``cache_key_files``).
+        self.files: tuple[Path, ...] = tuple(sorted(_depends(metric, program) | set(files)))
         self.engine = _digest(
             b"skynet-eval result cache",
             str(CACHE_FORMAT).encode(),
@@ -171,9 +228,16 @@ class KeyMaker:
             _source(metric),
             _spec(metric),
             _source(program),
-            _helpers(metric, program),
+            files_print(self.files),
             _models(models),
         )
+
+    def unkeyed_reads(self) -> list[Path]:
+        """The files the user's code opened since the key was made (during calls, in this
+        process) that the key does not hold: an edit to them is not seen by the cache."""
+        keyed = set(self.files) | set(self.roots)
+        reads = read_by(self.roots, at_import=False, since=self.mark)
+        return [p for p in reads if p.resolve() not in keyed]
 
     def candidate(self, artifact: Any) -> bytes | None:
         """The artifact's layer, or None when the artifact has no canonical form."""

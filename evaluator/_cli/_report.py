@@ -36,6 +36,8 @@ class ReportOptions:
     title: str | None = None
     json: bool = False
     fail_on_regression: bool = False
+    failures: bool = False
+    csv: str | None = None
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,6 +68,14 @@ class ReportOptions:
             help="score differences up to this count as the same (default 0; e.g. 0.01 for "
             "a reward whose speed and cost parts move a little every run)",
         )
+        parser.add_argument(
+            "--failures",
+            action="store_true",
+            help="also list every failed example in the terminal: id, kind, message",
+        )
+        parser.add_argument(
+            "--csv", metavar="OUT", help="also export every result to this CSV file"
+        )
         parser.add_argument("--title", help="the page's title")
         parser.add_argument("--json", action="store_true", help="print the summary as JSON")
         parser.add_argument(
@@ -91,6 +101,8 @@ class ReportOptions:
             title=args.title,
             json=args.json,
             fail_on_regression=args.fail_on_regression,
+            failures=args.failures,
+            csv=args.csv,
         )
 
 

@@ -138,6 +138,8 @@ class ExecutorOptions:
     thread pool's size, ``max_calls_per_worker`` and ``memory_limit_mb`` apply to worker
     processes, ``llm_handler`` answers ``skynet.llm`` from the calls (None: no model), and
     ``ray_address`` is the Ray cluster of "ray" (None: a local instance).
+    ``model_limit`` reads the stage's model's in-flight limit now (None: no model): a
+    model-bound thread pool runs as many calls at once as it says, within its size.
     """
 
     timeout: float
@@ -148,6 +150,7 @@ class ExecutorOptions:
     memory_limit_mb: int | None = None
     llm_handler: LLMHandler | None = None
     ray_address: str | None = None
+    model_limit: Callable[[], int] | None = None
 
     def __post_init__(self) -> None:
         validate_timeout(self.timeout, "timeout", upper=None)

@@ -29,7 +29,7 @@ def open_executor(
             fn,
             stage,
             timeout=options.timeout,
-            concurrency=options.concurrency or ASYNC_CONCURRENCY,
+            concurrency=options.concurrency or max(ASYNC_CONCURRENCY, options.model_budget or 0),
             llm_handler=options.llm_handler,
         )
     if execution == "thread":
@@ -41,6 +41,7 @@ def open_executor(
             model_budget=options.model_budget,
             concurrency=options.concurrency,
             llm_handler=options.llm_handler,
+            model_limit=options.model_limit if options.model_budget is not None else None,
         )
     if execution == "inline":
         return InlineExecutor(fn, stage, timeout=options.timeout, llm_handler=options.llm_handler)

@@ -20,7 +20,7 @@ import itertools
 import os
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from time import perf_counter_ns
 from typing import Any, ClassVar, Self, cast
 
@@ -35,15 +35,22 @@ from ._bridge import LoopBridge
 
 __all__ = [
     "MAX_MODEL_THREADS",
+    "MIN_MODEL_THREADS",
     "InlineExecutor",
     "ThreadExecutor",
     "ThreadExecutorStatistics",
     "pool_size",
 ]
 
-#: Threads at most for a model-bound function, whatever its model budget: past a few
-#: hundred, threads cost memory and switches while the governor holds them anyway.
-MAX_MODEL_THREADS = 256
+#: Threads at most for a model-bound function, whatever its model budget: the model
+#: client's in-flight cap. Threads start as the calls in flight need them, and those
+#: follow the model's in-flight limit (``model_limit``), so a pool this large is only
+#: filled when the model admits that many calls at once.
+MAX_MODEL_THREADS = 1024
+#: The calls a model-bound pool takes at once however low its model's in-flight limit
+#: goes (the limit's start): the governor holds the calls past the limit, fairly between
+#: tenants, and the pipeline's gates stay as wide as they were before the limit moved.
+MIN_MODEL_THREADS = 64
 
 
 def pool_size(workers: int | None, model_budget: int | None, concurrency: int | None) -> int:
@@ -192,7 +199,9 @@ class ThreadExecutor:
     """A bounded pool of daemon threads for sync user functions, with per-call timeouts.
 
     Its size is :func:`pool_size` of ``workers``, ``model_budget`` (the calls in flight
-    a model-bound function's model allows) and ``concurrency``. Threads start lazily, as
+    a model-bound function's model allows) and ``concurrency``; its parallelism is the
+    model's in-flight limit now (``model_limit``) within that size, unless ``workers``
+    fixed it. Threads start lazily, as
     many as the calls submitted and not returned yet: a cheap metric never needs more
     than one.
     """
@@ -209,8 +218,11 @@ class ThreadExecutor:
         model_budget: int | None = None,
         concurrency: int | None = None,
         llm_handler: LLMHandler | None = None,
+        model_limit: Callable[[], int] | None = None,
     ) -> None:
         self.timeout = check_executor(fn, stage, self.kind, timeout)
+        # Read live: the pipeline feeds as many calls as the model admits now.
+        self._model_limit = model_limit if workers is None else None
         self.fn = fn
         self.stage: Stage = stage
         self.workers = pool_size(
@@ -233,7 +245,10 @@ class ThreadExecutor:
 
     @property
     def parallelism(self) -> int:
-        return self.workers
+        limit = self._model_limit
+        if limit is None:
+            return self.workers
+        return min(self.workers, max(MIN_MODEL_THREADS, limit()))
 
     @property
     def backlog_s(self) -> float:
@@ -352,7 +367,7 @@ class ThreadExecutor:
         return ThreadExecutorStatistics(
             kind=self.kind,
             stage=self.stage,
-            parallelism=self.workers,
+            parallelism=self.parallelism,
             calls=sum(w.calls for w in self._all),
             timeouts=self._timeouts,
             busy=sum(1 for t in list(self._threads) if t.in_call),

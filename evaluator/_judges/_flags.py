@@ -29,7 +29,13 @@ from llm_client import ModelConfigError
 from .._exceptions import ConfigError
 from ._compare import MAX_REPEAT
 from ._models_file import load_models_file
-from ._spec import DEFAULT_BASE_URL, DEFAULT_KEY_ENV, JudgeSpec, ModelsFileError
+from ._spec import (
+    DEFAULT_BASE_URL,
+    DEFAULT_KEY_ENV,
+    JudgeSpec,
+    ModelsFileError,
+    default_key_elsewhere,
+)
 
 if TYPE_CHECKING:
     from llm_client import SimulatorConfig
@@ -195,6 +201,8 @@ def judges_from_flags(
             + ("not both" if models is not None else "one of them")
         )
     limits: dict[str, Any] = {k: v for k, v in (("rpm", rpm), ("tpm", tpm)) if v is not None}
+    # --base-url without --api-key-env: the default key is OpenAI's, for OpenAI's URL only.
+    unnamed = api_key_env is None and base_url is not None
     if models is not None:
         specs = _from_names(models, base_url, api_key_env, limits)
     else:
@@ -202,14 +210,32 @@ def judges_from_flags(
         fallback: dict[str, Any] = dict(limits)
         if base_url is not None or api_key_env is not None:
             fallback["base_url"] = base_url or DEFAULT_BASE_URL
-            fallback["api_key_env"] = _key_env(api_key_env)
+            fallback["api_key_env"] = _UNNAMED if unnamed else _key_env(api_key_env)
         specs = load_models_file(models_file, fallback=fallback)
+    if unnamed:
+        specs = [_default_key(s, simulated=simulator is not None) for s in specs]
     specs = _with_prices(specs, price)
     if simulator is not None:
         check_simulated(specs, simulator)
     elif keys:
         check_keys(specs, environ)
     return specs
+
+
+#: The key variable of a model that takes --base-url from the command line without an
+#: --api-key-env (a models file entry with no pair of its own); never reaches a client.
+_UNNAMED = "SKYNET_EVAL_UNNAMED_KEY_ENV"
+
+
+def _default_key(spec: JudgeSpec, *, simulated: bool) -> JudgeSpec:
+    """``spec`` with the default key variable, when --base-url gave it OpenAI's URL (or a
+    simulator serves it: no key is sent); refused otherwise."""
+    if spec.api_key_env != _UNNAMED and spec.source != "--models":
+        return spec  # a models file entry with a pair of its own
+    refusal = None if simulated else default_key_elsewhere("base_url", spec.base_url, spec.label)
+    if refusal is not None:
+        raise refusal
+    return msgspec.structs.replace(spec, api_key_env=DEFAULT_KEY_ENV)
 
 
 def choose_reference(

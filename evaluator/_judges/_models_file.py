@@ -17,8 +17,10 @@ TOML (read with the standard library's ``tomllib``) or JSON, the same shape::
 
 A model's own keys win over its provider's, and those over the command line's fallbacks
 (``--base-url``/``--api-key-env``, ``--rpm``/``--tpm``). ``base_url`` and ``api_key_env``
-go together: a model that names one must name the other (in itself or its provider), so
-that no key is ever sent to a base URL it was not written for.
+go together, and come together from one place: the model's table, else its provider's,
+else the command line. A table that names one must name the other beside it, so that no
+key is ever sent to a base URL it was not written for (a model with its own ``base_url``
+never takes its provider's key).
 
 Every mistake is a :class:`ModelsFileError` naming the file (and line, for TOML), the model
 or provider table, the key, what is wrong and how to fix it. A value that may be a secret
@@ -310,26 +312,16 @@ def _merge(
     provider: tuple[_Located, dict[str, Any]] | None,
     fallback: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """Model over provider over fallback; base_url and api_key_env only as a pair."""
+    """Model over provider over fallback; ``base_url`` and ``api_key_env`` only as a pair,
+    both taken from one level (:func:`_endpoint`)."""
     shared = provider[1] if provider is not None else {}
-    merged = {k: v for k, v in fallback.items() if k not in ("base_url", "api_key_env")}
-    merged.update(shared)
-    merged.update(own)
-    has_url, has_env = "base_url" in merged, "api_key_env" in merged
-    if has_url != has_env:
-        there, missing = ("base_url", "api_key_env") if has_url else ("api_key_env", "base_url")
-        origin = place if there in own or provider is None else provider[0]
-        raise reader.fail(
-            origin,
-            f"`{there}` is set but `{missing}` is not: set both (in the model or its provider), "
-            "so that the key is sent only to the base URL it belongs to; "
-            'api_key_env = "none" for a server that takes no key',
-            there,
-        )
-    if not has_url:
-        for key in ("base_url", "api_key_env"):
-            if key in fallback:
-                merged[key] = fallback[key]
+    merged = {k: v for k, v in fallback.items() if k not in _PAIR}
+    merged.update((k, v) for k, v in shared.items() if k not in _PAIR)
+    merged.update((k, v) for k, v in own.items() if k not in _PAIR)
+    levels: list[tuple[_Located, Mapping[str, Any]]] = [(place, own)]
+    if provider is not None:
+        levels.append(provider)
+    merged.update(_endpoint(reader, levels, fallback))
     if ("price_input" in merged) != ("price_output" in merged):
         there = "price_input" if "price_input" in merged else "price_output"
         other = "price_output" if there == "price_input" else "price_input"
@@ -340,6 +332,52 @@ def _merge(
             there,
         )
     return merged
+
+
+_PAIR = ("base_url", "api_key_env")
+
+
+def _endpoint(
+    reader: _Reader, levels: list[tuple[_Located, Mapping[str, Any]]], fallback: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Where the model is served and the variable of its key, from the first of ``levels``
+    that writes them: the model's own table, else its provider's, else the fallback (the
+    command line's pair), else neither (the defaults: OpenAI's URL and variable).
+
+    A key goes only to the base URL written beside it, so the two are never merged
+    across levels: a model that sets ``base_url`` and takes its provider's
+    ``api_key_env`` would send the provider's key to the model's host. Such a file is
+    refused, naming the model, the key and the fix, rather than the model being sent no
+    key: a server that needs a key would refuse every call (a failed row per example,
+    later), and one that needs none is one line away (``api_key_env = "none"``).
+    """
+    for origin, table in levels:
+        has_url, has_env = "base_url" in table, "api_key_env" in table
+        if has_url and has_env:
+            return {k: table[k] for k in _PAIR}
+        if not has_url and not has_env:
+            continue
+        there, missing = ("base_url", "api_key_env") if has_url else ("api_key_env", "base_url")
+        other = f"`{missing}` is not set beside it"
+        inherited = next((o for o, t in levels if t is not table and missing in t), None)
+        if inherited is not None:
+            other += f" ({inherited.where}'s `{missing}` is not used for it)"
+        if has_url:
+            fix = (
+                f"set api_key_env beside base_url {table['base_url']} (the variable holding "
+                'the key of that server; api_key_env = "none" for a server that takes no key)'
+            )
+        else:
+            fix = "set base_url beside api_key_env (the server that key is for)"
+        raise reader.fail(
+            origin,
+            f"`{there}` is set but {other}: {fix}, so that a key is sent only to the base URL "
+            "written beside it",
+            there,
+        )
+    if any(k in fallback for k in _PAIR):
+        return {k: fallback[k] for k in _PAIR if k in fallback}
+    return {}
 
 
 def _model(

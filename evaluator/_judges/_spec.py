@@ -18,10 +18,39 @@ from llm_client import ModelConfig
 
 from .._exceptions import ConfigError
 
-__all__ = ["DEFAULT_BASE_URL", "DEFAULT_KEY_ENV", "JudgeSpec", "ModelsFileError"]
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "DEFAULT_KEY_ENV",
+    "JudgeSpec",
+    "ModelsFileError",
+    "default_key_elsewhere",
+]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
+
+
+def default_key_elsewhere(option: str, base_url: str, model: str) -> ConfigError | None:
+    """The refusal of a command line that would send OpenAI's key to another server.
+
+    ``--api-key-env`` not given means the default variable, OPENAI_API_KEY; that key is
+    written for OpenAI's base URL and goes nowhere else. A model at another ``base_url``
+    (``option``, the flag that named it) with no ``--api-key-env`` given is refused, with
+    the flag to fix it, rather than sent no key: a server that needs a key would fail
+    every call later, one that needs none is one flag away (``--api-key-env none``).
+    None when ``base_url`` is OpenAI's.
+    """
+    if base_url.rstrip("/") == DEFAULT_BASE_URL:
+        return None
+    return ConfigError(
+        f"names {base_url} (model {model!r}), not OpenAI's server, and --api-key-env is not "
+        f"given: {DEFAULT_KEY_ENV}, the default, is sent only to {DEFAULT_BASE_URL}. Name the "
+        "variable holding this server's key with --api-key-env VAR, or pass --api-key-env "
+        "none for a server that takes no key",
+        option=option,
+        value=base_url,
+    )
+
 
 #: Spec fields passed to ModelConfig under the same name when they are set.
 _CONFIG_FIELDS = (

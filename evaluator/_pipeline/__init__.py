@@ -4,7 +4,9 @@
   each stage runs (:func:`choose_execution`);
 - ``_flow``: the flow of examples: source, chunk sizer, in-flight bound, dispatch,
   :class:`ResultStream`;
-- ``_assembly``: calls from examples and results from outcomes, as pure functions.
+- ``_assembly``: calls from examples and results from outcomes, as pure functions;
+- ``_scheduler``: fair shares between callers (tenants and weights): the token book and
+  the fair gates in front of each executor.
 """
 
 from ._evaluator import Evaluator as Evaluator

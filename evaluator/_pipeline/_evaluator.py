@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import math
 import os
-from collections.abc import AsyncIterable, Hashable, Iterable
+from collections.abc import AsyncIterable, Hashable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ import msgspec
 from llm_client import ModelConfig
 
 from .._aio import shielded
-from .._cache import CacheStatistics, KeyMaker, ResultCache, check_directory
+from .._cache import CacheStatistics, KeyMaker, ResultCache, check_directory, check_key_files
 from .._cache import depends_on_measurements as _depends_on_measurements
 from .._calls import LLMHandler
 from .._context import Stage
@@ -59,10 +59,9 @@ __all__ = [
 ]
 
 #: The calls in flight a model-bound function may keep when its model is not known
-#: (an SDK with its own base URL): the model client's default ``max_concurrency``.
-DEFAULT_MODEL_BUDGET: int = next(
-    f.default for f in msgspec.structs.fields(ModelConfig) if f.name == "max_concurrency"
-)
+#: (an SDK with its own base URL): the model client's starting in-flight limit. A stage
+#: with a known model follows that model's live limit instead (``model_limit``).
+DEFAULT_MODEL_BUDGET: int = 64
 
 
 class EvaluatorStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -240,7 +239,8 @@ class Evaluator:
     executor ("process", "thread", "async", "inline", "ray"); by default the module's
     ``EXECUTION``, else ``async`` for ``async def``, ``thread`` for a sync function that
     calls a model (``skynet.llm``, openai, litellm, dspy, anthropic), with as many
-    threads as the stage's model budget (its ``max_concurrency``, else 64), ``process``
+    threads as the stage's model admits in flight (its governor's in-flight limit, which
+    follows the budget and the measured latency up to ``max_concurrency``), ``process``
     for any other. ``workers`` sizes the thread pool or the worker processes;
     ``concurrency`` bounds the examples in flight (and the calls at once of every
     executor). ``models`` chooses the program, metric and reflection models for
@@ -248,10 +248,12 @@ class Evaluator:
     ``ray_address`` is the Ray cluster of a stage on "ray" ("auto", "HOST:PORT",
     "ray://HOST:PORT"; None: a local instance started and stopped with the Evaluator).
     ``cache`` keeps each example's result without an error, keyed by everything that can
-    change it (metric and program sources, ``REWARD_SPEC``, the artifact, the example,
-    the models' settings): ``True`` in memory for the life of the Evaluator, a directory
-    in memory and on disk (``DIR/results.sqlite3``, shared by concurrent runs), ``None``
-    (the default) or ``False`` off. A result from the cache says ``cached=True``.
+    change it (metric and program sources, ``REWARD_SPEC``, the helpers and files their
+    code read so far, the artifact, the example, the models' settings): ``True`` in
+    memory for the life of the Evaluator, a directory in memory and on disk
+    (``DIR/results.sqlite3``, shared by concurrent runs), ``None`` (the default) or
+    ``False`` off. A result from the cache says ``cached=True``. ``cache_key_files``
+    adds files to the key (a rubric the metric reads only inside ``score``, say).
     ``tracer_provider`` / ``meter_provider`` receive the spans and metrics of the work
     (``opentelemetry-api``; None: OpenTelemetry's global providers, when the process has
     imported OpenTelemetry by the time the Evaluator opens; otherwise none are made): a
@@ -280,6 +282,7 @@ class Evaluator:
         memory_limit_mb: int | None = None,
         ray_address: str | None = None,
         cache: CacheOption = None,
+        cache_key_files: Sequence[str | Path] = (),
         tracer_provider: Any = None,
         meter_provider: Any = None,
     ) -> None:
@@ -326,7 +329,10 @@ class Evaluator:
         self.program_execution = None if self.program_choice is None else self.program_choice.kind
         self.ray_address = _ray_address(ray_address, self.metric_execution, self.program_execution)
         cache_on, self.cache_dir = _cache_option(cache)
-        self._cache_keys = KeyMaker(self.metric, self.program, self.models) if cache_on else None
+        key_files = check_key_files(cache_key_files)
+        self._cache_keys = (
+            KeyMaker(self.metric, self.program, self.models, key_files) if cache_on else None
+        )
         self._cache: ResultCache | None = None
         self.tracer_provider = _otel_provider(tracer_provider, "tracer_provider", "get_tracer")
         self.meter_provider = _otel_provider(meter_provider, "meter_provider", "get_meter")
@@ -391,6 +397,7 @@ class Evaluator:
             memory_limit_mb=self.memory_limit_mb,
             llm_handler=handler,
             ray_address=self.ray_address,
+            model_limit=router.in_flight_limit(stage),
         )
         return open_executor(fn, stage, choice.kind, options)
 
@@ -491,6 +498,12 @@ class Evaluator:
             cluster=self._cluster(),
             cache=self.cache_statistics(),
         )
+
+    @property
+    def cache_key_files(self) -> tuple[Path, ...] | None:
+        """The files the cache key holds beside the metric and program files (their
+        helpers, the files their code read, ``cache_key_files``); None without a cache."""
+        return None if self._cache_keys is None else self._cache_keys.files
 
     def cache_statistics(self) -> CacheStatistics | None:
         """The result cache's lookups, hits and stores (None when it is off or unopened)."""

@@ -418,8 +418,13 @@ class Flow:
         busy: _Busy | None,
     ) -> tuple[list[Result], int]:
         if self.program is not None:
-            return await self._with_program(self.program, artifact, examples, base, share, busy)
-        return await self._score_only(examples, base, share, busy)
+            made = await self._with_program(self.program, artifact, examples, base, share, busy)
+        else:
+            made = await self._score_only(examples, base, share, busy)
+        # The one place results are scrubbed of the run's keys: before the cache, the
+        # caller, the results file, the reports and telemetry see them (_scrub.py).
+        assert self.router is not None
+        return self.router.scrubber.results(made[0]), made[1]
 
     async def _cached(
         self,

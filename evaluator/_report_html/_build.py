@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from .._dataset import Example, load_examples
+from .._outpath import check_output_path
 from .._results import Result
 from ._compare import Comparison, compare_results, pair_results
 from ._html import Page, header_differences, render_page
@@ -242,9 +243,13 @@ def build_report(
     if baseline is not None:
         base = baseline if isinstance(baseline, ResultsFile) else results_from(baseline)
     examples, data_label = _examples(data, input_cols, output_cols)
-    info = {**(current.header or {}), **(meta or {})}
+    info = {**(current.header or {}), **current.timing(), **(meta or {})}
     summary = summarize(current.results, info)
-    baseline_summary = summarize(base.results, base.header) if base is not None else None
+    baseline_summary = (
+        summarize(base.results, {**(base.header or {}), **base.timing()})
+        if base is not None
+        else None
+    )
     comparison = None
     pairing = None
     if base is not None:
@@ -357,6 +362,8 @@ def write_html_report(
     The file is written whole to a temporary name and renamed, so a reader never sees
     half a page. Returns the :class:`BuiltReport` (its ``path`` set).
     """
+    target = Path(out)
+    check_output_path(target, option="out")  # before the work: a FIFO or device is refused
     built = build_report(
         results,
         baseline=baseline,
@@ -367,14 +374,15 @@ def write_html_report(
         title=title,
         tolerance=tolerance,
     )
-    target = Path(out)
     write_file(built.html, target)
     built.path = target
     return built
 
 
-def write_file(html: str, target: Path) -> None:
-    """Write ``html`` whole to a temporary name beside ``target``, then rename it there."""
+def write_file(html: str, target: Path, option: str = "out") -> None:
+    """Write ``html`` whole to a temporary name beside ``target``, then rename it there
+    (never over something that is not a regular file: a FIFO, a device, a socket)."""
+    check_output_path(target, option=option)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     try:

@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from .._exceptions import ConfigError
+from .._outpath import check_output_path
 from ._build import build_report, write_file
 from ._load import load_results_file
 
@@ -62,6 +63,38 @@ def _check(results: str, baseline: str | None, html: Path | None, tolerance: flo
             )
     if html.exists() and html.is_dir():
         raise ConfigError(f"--html {html} is a directory; give a file name such as report.html")
+    check_output_path(html, option="html")
+
+
+def _check_csv(csv: str | None, results: str, baseline: str | None) -> None:
+    """``--csv``: a file that can be written, and neither of the results files."""
+    if csv is None:
+        return
+    for flag, path in (("RESULTS", results), ("--baseline", baseline)):
+        if path is not None and Path(path).resolve() == Path(csv).resolve():
+            raise ConfigError(
+                f"--csv {csv} is the {flag} file itself: exporting there would destroy the "
+                "results; choose another --csv path, e.g. results.csv"
+            )
+    from .._exceptions import OutputPathError
+    from .._outpath import check_output_path
+
+    try:
+        check_output_path(csv)
+    except OutputPathError as exc:
+        raise ConfigError(f"--csv {exc}") from None
+
+
+def _print_failures(results: Sequence[Any], console: Any) -> None:
+    """Every failed example, as ``run`` lists its first few."""
+    from .._cli._output import print_failures
+    from .._report import Failure
+
+    failed = [f for f in map(Failure.of, results) if f is not None]
+    if not failed:
+        console.print("failures: none", markup=False)
+        return
+    print_failures(failed, console, title=f"Failures ({len(failed):,} of {len(results):,})")
 
 
 def report_command(
@@ -77,6 +110,8 @@ def report_command(
     title: str | None = None,
     json: bool = False,
     fail_on_regression: bool = False,
+    failures: bool = False,
+    csv: str | None = None,
     console: Any = None,
 ) -> int:
     """Run ``skynet-eval report``; returns the exit code. User errors raise
@@ -89,6 +124,7 @@ def report_command(
         raise ConfigError(f"--data {data}: no such file (the dataset the run used)")
     target = None if no_html else Path(html) if html else default_html_path(results)
     _check(results, baseline, target, tolerance)
+    _check_csv(csv, results, baseline)
     current = load_results_file(results)
     base = load_results_file(baseline) if baseline is not None else None
     built = build_report(
@@ -101,8 +137,12 @@ def report_command(
         tolerance=tolerance,
     )
     if target is not None:
-        write_file(built.html, target)
+        write_file(built.html, target, option="html")
         built.path = target
+    if csv is not None:
+        from ._rows import write_csv
+
+        write_csv(current.results, csv)
     reasons = regression_reasons(built) if fail_on_regression else []
     if json:
         payload = {
@@ -123,6 +163,10 @@ def report_command(
 
             console = Console(highlight=False)
         print_report(built, console, results=results, baseline=baseline)
+        if failures:
+            _print_failures(current.results, console)
+        if csv is not None:
+            console.print(f"csv: {csv}", markup=False, soft_wrap=True)
         if target is not None:
             size = built.size_bytes
             shown = f"{size / 1e6:,.1f} MB" if size >= 1e6 else f"{size / 1e3:,.0f} kB"

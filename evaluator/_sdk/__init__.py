@@ -6,8 +6,9 @@ or ``dspy.LM`` rather than ``skynet.llm``. Their calls are taken at the HTTP-cli
 thread, the relay from a worker process), and served by the engine's model client with
 the run's governor, retries, pricing and ``--simulator`` (``_gateway.py``); their usage is
 metered into the example like that of ``skynet.llm``. Connections that go around every
-metered path make the example's cost unmeasured (``_audit.py``). docs/architecture.md
-("Routed SDK calls") says why this layer, what a call costs, and what it cannot see.
+metered path make the example's cost unmeasured (``_audit.py``); ``_worker.py`` is what a
+worker process starts at boot. ``docs/architecture/sdk.md`` says why this layer, what a
+call costs, and what it cannot see.
 
 Only the request's data is re-exported here: a worker process imports this package at
 boot (the relay carries requests), and must not load the gateway's event-loop side.

@@ -155,6 +155,7 @@ class Gateway:
         base = f"{parts.scheme}://{parts.netloc}{path[: len(path) - len(suffix)]}"
         model = _model_of(request.body) or "(unnamed)"
         headers, body, url = request.headers, request.body, request.url
+        self._router.know_key(_key_of(headers))  # kept out of results, whatever it reaches
         if self._route_to is not None:
             model, body = self._served_model(stage, model, body)
             base = self._route_to

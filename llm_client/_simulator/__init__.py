@@ -1,8 +1,9 @@
 """A local OpenAI-compatible server for tests, benchmarks and examples (127.0.0.1 only).
 
-``POST /v1/chat/completions`` answers deterministically with real ``usage``; ``GET
-/v1/models`` lists the configured models; ``GET /sim/statistics?window=W`` returns what it
-saw as JSON (for a simulator in another process).
+``POST /v1/chat/completions`` and ``POST /v1/responses`` (plain or streamed) answer
+deterministically with real ``usage``; ``GET /v1/models`` lists the configured models;
+``GET /sim/statistics?window=W`` returns what it saw as JSON (for a simulator in another
+process).
 
 Replies (``_replies.py``; deterministic, so judge metrics give repeatable verdicts):
 

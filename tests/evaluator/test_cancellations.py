@@ -67,16 +67,17 @@ def score(input, output, expected=None):
 """
 
 
+def alive(p: psutil.Process) -> bool:
+    """Whether ``p`` still runs (a zombie is already dead)."""
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def children() -> list[psutil.Process]:
-    """Child processes of this one still running (zombies are already dead)."""
-    out = []
-    for p in psutil.Process().children(recursive=True):
-        try:
-            if p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return out
+    """Child processes of this one still running."""
+    return [p for p in psutil.Process().children(recursive=True) if alive(p)]
 
 
 def our_threads() -> list[threading.Thread]:
@@ -379,10 +380,13 @@ class TestClosing:
         await until(lambda: opened[0].statistics().metric.spare_ready, "the spare is ready")
         # Asleep in their calls, both workers are stalled: a stand-in forked for each.
         await until(lambda: opened[0].statistics().metric.stand_ins_started == 2, "stand-ins")
-        # Two busy workers, the spare, the fork server and the two stand-ins.
-        assert len(children()) == 6
+        # Two busy workers, the spare, the fork server and the two stand-ins: a stand-in
+        # is counted when its fork is asked for, and its process appears a moment later.
+        await until(lambda: len(children()) == 6, "the six processes are up")
+        up = children()
         await under_fire(task, 10_000)
         assert children() == [] and other_tasks() == set()
+        assert not any(map(alive, up))  # none of them left, orphaned or not
         with pytest.raises(RuntimeError, match="closed"):
             await opened[0].evaluate_many(None, [])
 

@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from evaluator import Models
+from evaluator._datafile import MAX_DEPTH
 from llm_client import ModelConfig, Simulator, SimulatorConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -218,23 +219,171 @@ class TestEvaluate:
         await _wait_for(_none_left(me, before))
         assert sim.statistics().in_flight == 0
 
-    async def test_bad_bodies_get_400_naming_the_problem(self, sim: Simulator) -> None:
-        """A body that is not JSON, has no examples list, or a row without an input object
-        gets a 400 whose message says what is wrong, never a traceback."""
+    async def test_bad_bodies_get_400_naming_the_problem(
+        self, sim: Simulator, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A body that is not JSON (or not UTF-8), is not an object with an examples list,
+        has no rows, or a row without an input object gets a 400 whose message says what
+        is wrong: never a 500, never a traceback in the server's log."""
         app = service.create_app(models=_models(sim), execution="inline")
         async with serve(app) as server, httpx.AsyncClient(base_url=server.url) as client:
             cases = {
                 b"{not json": "the body is not JSON",
+                b"": "the body is not JSON",
+                b'{"examples": [{"input": {"m": "\xff\xfe"}}]}': "the body is not JSON",
+                b'{"examples": [{"input": {"n": ' + b"9" * 5000 + b"}}]}": "not JSON",
                 b'{"artifact": "x"}': "a list under 'examples'",
+                b"[1, 2]": "a list under 'examples'",
+                b'{"examples": {"a": 1}}': "a list under 'examples'",
+                b'{"examples": []}': "'examples' is empty",
                 b'{"examples": [{"id": 1, "input": {}}, {"id": 2}]}': "examples[1] must be",
+                b'{"examples": [{"id": 1, "input": []}]}': "examples[0] must be",
+                b'{"examples": [7]}': "examples[0] must be",
             }
             for body, words in cases.items():
                 response = await client.post("/evaluate", content=body)
-                assert response.status_code == 400
+                assert response.status_code == 400, body[:60]
                 error = response.json()["error"]
-                assert error["kind"] == "bad_request" and words in error["message"]
+                assert error["kind"] == "bad_request" and words in error["message"], body[:60]
                 assert "Traceback" not in response.text
         assert sim.statistics().requests == 0
+        assert "Traceback" not in caplog.text and not any(r.exc_info for r in caplog.records)
+
+    async def test_json_nested_too_deep_gets_400_not_a_traceback(
+        self, sim: Simulator, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Input nested past Python's recursion limit (100,000 levels: the parser itself
+        gives up), or past the engine's row depth (what it would copy and pickle), gets a
+        400 that says so; a row at that depth runs. No traceback in the server's log."""
+        app = service.create_app(models=_models(sim), execution="inline")
+
+        def nested(levels: int) -> bytes:
+            # {"examples": [{"input": {"x": [[...]]}}]}: the row and its input are 2 levels
+            lists = b"[" * (levels - 2) + b"1" + b"]" * (levels - 2)
+            row = b'{"id": "d", "input": {"message": "a refund", "x": ' + lists + b"}}"
+            return b'{"examples": [' + row + b"]}"
+
+        async with serve(app) as server, httpx.AsyncClient(base_url=server.url) as client:
+            for levels, words in (
+                (100_000, "nested too deeply to parse"),
+                (5_000, "nested too deeply to parse"),
+                (MAX_DEPTH + 1, f"row 0: the row is nested more than {MAX_DEPTH} levels"),
+            ):
+                response = await client.post("/evaluate", content=nested(levels))
+                assert response.status_code == 400, levels
+                error = response.json()["error"]
+                assert error["kind"] == "bad_request" and words in error["message"], levels
+                assert "flatten" in error["message"]
+            async with client.stream("POST", "/evaluate", content=nested(MAX_DEPTH)) as response:
+                assert response.status_code == 200
+                lines = [json.loads(line) async for line in response.aiter_lines() if line]
+        assert lines[-1] == {"done": True, "examples": 1}
+        assert sim.statistics().requests == 1
+        assert "Traceback" not in caplog.text and not any(r.exc_info for r in caplog.records)
+
+    async def test_rows_the_engine_refuses_get_400_naming_the_row(
+        self, sim: Simulator, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A row whose id is not a string or an integer, or whose `expected` is not an
+        object, gets a 400 naming the row and the problem
+        before any result streams; nothing is sent to the model."""
+        app = service.create_app(models=_models(sim), execution="inline")
+        rows: dict[str, list[dict[str, Any]]] = {
+            "row 1: 'id' is a list": [{"input": {}}, {"id": [1], "input": {}}],
+            "row 0: 'id' is a float": [{"id": 1.5, "input": {}}],
+            "'expected' is a list": [{"input": {}, "expected": [1]}],
+        }
+        async with serve(app) as server, httpx.AsyncClient(base_url=server.url) as client:
+            for words, examples in rows.items():
+                response = await client.post("/evaluate", json={"examples": examples})
+                assert response.status_code == 400, words
+                error = response.json()["error"]
+                assert error["kind"] == "bad_request" and words in error["message"], words
+        assert sim.statistics().requests == 0
+        assert "Traceback" not in caplog.text and not any(r.exc_info for r in caplog.records)
+
+
+class TestLimits:
+    async def test_a_body_over_the_limit_gets_413(self, sim: Simulator) -> None:
+        """A body over ``max_body_bytes`` gets 413 naming the limit, whether it declares
+        its length or comes chunked; one just under it runs."""
+        app = service.create_app(models=_models(sim), execution="inline", max_body_bytes=2000)
+        big = json.dumps(_body("b", 40)).encode()
+        assert len(big) > 2000
+
+        async def chunked() -> AsyncIterator[bytes]:
+            for i in range(0, len(big), 500):
+                yield big[i : i + 500]
+
+        async with serve(app) as server, httpx.AsyncClient(base_url=server.url) as client:
+            for content in (big, chunked()):
+                response = await client.post("/evaluate", content=content)
+                assert response.status_code == 413
+                error = response.json()["error"]
+                assert error["kind"] == "too_large" and "takes 2,000" in error["message"]
+            small = _body("s", 2)
+            assert len(json.dumps(small)) < 2000
+            _check_one_each(await _lines(client, small), small)
+        assert sim.statistics().requests == 2
+
+    async def test_too_many_examples_get_413(self, sim: Simulator) -> None:
+        """More examples than ``max_examples`` in one request: 413 saying how many were
+        sent, what the service takes and what to do; none of them runs."""
+        app = service.create_app(models=_models(sim), execution="inline", max_examples=3)
+        async with serve(app) as server, httpx.AsyncClient(base_url=server.url) as client:
+            response = await client.post("/evaluate", json=_body("m", 4))
+            assert response.status_code == 413
+            message = response.json()["error"]["message"]
+            assert "holds 4 rows" in message and "takes 3" in message and "split" in message
+            _check_one_each(await _lines(client, _body("n", 3)), _body("n", 3))
+        assert sim.statistics().requests == 3
+
+    def test_bad_settings_are_refused_at_start(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A limit below 1, an empty token, or an environment variable that is not a
+        number is refused when the app is made, naming the setting."""
+        for options in ({"max_body_bytes": 0}, {"max_examples": -1}, {"max_examples": True}):
+            with pytest.raises(ValueError, match=next(iter(options))):
+                service.create_app(**options)
+        with pytest.raises(ValueError, match="`token` is empty"):
+            service.create_app(token=" ")
+        monkeypatch.setenv("SKYNET_SERVICE_MAX_EXAMPLES", "lots")
+        with pytest.raises(SystemExit, match="SKYNET_SERVICE_MAX_EXAMPLES must be"):
+            service._limit_from_env("SKYNET_SERVICE_MAX_EXAMPLES", 5)
+        monkeypatch.setenv("SKYNET_SERVICE_TOKEN", "")
+        with pytest.raises(SystemExit, match="SKYNET_SERVICE_TOKEN is set but empty"):
+            service._token_from_env()
+
+
+class TestToken:
+    async def test_only_the_right_bearer_token_gets_in(self, sim: Simulator) -> None:
+        """With a token set, a request without one, with a wrong one, with the right one
+        under another scheme, or with a prefix of it gets 401 (with
+        ``WWW-Authenticate: Bearer``) and spends nothing; the right one gets 200."""
+        token = "s3cret-token-for-tests"
+        app = service.create_app(models=_models(sim), execution="inline", token=token)
+        body = _body("t", 2)
+        wrong = [
+            {},
+            {"authorization": "Bearer nope"},
+            {"authorization": f"Basic {token}"},
+            {"authorization": f"Bearer {token[:-1]}"},
+            {"authorization": f"Bearer {token}x"},
+            {"authorization": token},
+        ]
+        async with serve(app) as server, httpx.AsyncClient(base_url=server.url) as client:
+            for headers in wrong:
+                for response in (
+                    await client.post("/evaluate", json=body, headers=headers),
+                    await client.get("/stats", headers=headers),
+                ):
+                    assert response.status_code == 401, headers
+                    assert response.headers["www-authenticate"] == "Bearer"
+                    assert "SKYNET_SERVICE_TOKEN" in response.json()["error"]["message"]
+            assert sim.statistics().requests == 0
+            client.headers["authorization"] = f"Bearer {token}"
+            _check_one_each(await _lines(client, body), body)
+            assert (await client.get("/stats")).status_code == 200
+        assert sim.statistics().requests == 2
 
 
 class TestTracing:

@@ -277,7 +277,13 @@ class TestApiKey:
         context and every log record are free of the key."""
         caplog.set_level(logging.DEBUG)
         async with _EchoServer(status, shape) as server:
-            config = ModelConfig(model="m", base_url=server.base_url, max_retries=1, timeout=5)
+            config = ModelConfig(
+                model="m",
+                base_url=server.base_url,
+                api_key_env="OPENAI_API_KEY",
+                max_retries=1,
+                timeout=5,
+            )
             async with ModelClient(config, seed=1) as client:
                 with pytest.raises(LLMError) as caught:
                     await client.complete([{"role": "user", "content": "hi"}])
@@ -293,7 +299,9 @@ class TestApiKey:
         judge = _write(tmp_path, "judge.py", JUDGE)
         program = _write(tmp_path, "program.py", LLM_PROGRAM)
         async with Simulator(SimulatorConfig(api_key="sk-the-right-one")) as sim:
-            model = ModelConfig(model="m", base_url=sim.base_url, max_retries=0)
+            model = ModelConfig(
+                model="m", base_url=sim.base_url, api_key_env="OPENAI_API_KEY", max_retries=0
+            )
             async with Evaluator(
                 judge,
                 program,
@@ -344,6 +352,8 @@ class TestApiKey:
                         "m",
                         "--base-url",
                         sim.base_url,
+                        "--api-key-env",
+                        "OPENAI_API_KEY",
                         "--output",
                         str(out),
                         "--timeout",

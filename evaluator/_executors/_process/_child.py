@@ -43,26 +43,22 @@ from ..._calls import Outcome, SyncInvoker
 from ..._context import LLMBridge, Stage
 from ..._loader import UserFunction
 from ..._results import Result, Scored
+from ._cut import Claims
 from ._relay import RelayBridge
 from ._wire import (
     BATCH,
     BATCH_ROWS,
-    CUT_END,
-    CUT_INDEX,
-    CUT_SEQ,
     EXIT_FATAL,
     EXIT_MEMORY,
     FATAL,
     FLUSH_NS,
     HEADER,
-    INDEX,
     KIND_PICKLE,
     KIND_PICKLED_RESULT,
     KIND_RESULT,
     PICKLE_PROTOCOL,
     READY,
     RESULT_HEADER,
-    SEQ,
     START,
     STATE_SLOTS,
     STOP,
@@ -335,6 +331,7 @@ class _Worker:
     def __init__(self, channel: _Channel, state: memoryview, init: WorkerInit) -> None:
         self.channel = channel
         self.state = state
+        self.claims = Claims(state)
         self.stage: Stage = init.stage
         self.has_llm = init.has_llm
         self.results = _Results(channel, init.stage)
@@ -393,7 +390,7 @@ class _Worker:
         state, channel, stage, send = self.state, self.channel, self.stage, self.results.send
         invoker = self.invoker
         assert invoker is not None
-        state[SEQ] = seq
+        claim = self.claims.claim
         outs: list[Any] = []
         append = outs.append
         flushed = 0
@@ -402,11 +399,10 @@ class _Worker:
         # One bridge for the worker, its token set call after call (as its context is).
         bridge = RelayBridge(channel, 0, stage) if self.has_llm else None
         for index, row in enumerate(rows):
-            if state[CUT_END] >= seq and (seq > state[CUT_SEQ] or index >= state[CUT_INDEX]):
+            if not claim(seq, index):
                 break  # the engine took the rest back: a stalled call held it up here
             if bridge is not None and type(row) is tuple:  # not an _Unreadable row
                 bridge.token = row[0]
-            state[INDEX] = index
             state[START] = started = clock()
             try:
                 outcome = call(row, bridge, started)

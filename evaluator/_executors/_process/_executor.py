@@ -56,15 +56,13 @@ from ..._context import Stage
 from ..._loader import UserFunction
 from ..._options import validate_count
 from .._base import ExecutionKind, ExecutorStatistics, Progress, check_executor, check_workers
+from ._cut import cut
 from ._pool import Pool, Worker, WorkerExit
 from ._queue import Batch, Job, Segment, WorkQueue
 from ._relay import Replies, ask, ask_forward, note_bypass
 from ._wire import (
     BATCH,
     BATCH_ROWS,
-    CUT_END,
-    CUT_INDEX,
-    CUT_SEQ,
     EXIT_MEMORY,
     KIND_RESULT,
     LLM,
@@ -390,12 +388,10 @@ class ProcessExecutor:
         self, w: Worker, seq: int, start: int, work_ns: int, final: bool, outcomes: list[Any]
     ) -> None:
         if not w.batches or w.batches[0].seq != seq:
+            if final and w.dropped and w.dropped[0] == seq:
+                w.dropped.popleft()  # the empty answer of a batch taken back whole
             return  # a batch already given up on (its job failed, or taken back)
         batch = w.batches[0]
-        if start + len(outcomes) > batch.size:
-            # Calls taken back from a stalled worker that ran before it saw the cut (a
-            # call ending just as the cut was written): their copies elsewhere count.
-            outcomes = outcomes[: max(0, batch.size - start)]
         self._queue.record(batch, start, work_ns, outcomes)
         if self._replies:  # these calls are final: their replies are not needed again
             self._replies.forget(batch.tokens(start, start + len(outcomes)))
@@ -409,8 +405,14 @@ class ProcessExecutor:
             self._relay(w, message)
         elif tag == SDK_NOTE:  # before the call's result, on the same socket
             note_bypass(self._llm_handler, *message[1:])
-        elif tag == UNREADABLE and w.batches:
-            self._resend_rows(w, w.batches[0])
+        elif tag == UNREADABLE:
+            # The answer to the oldest batch not yet answered: one taken back whole (its
+            # calls went to other workers: sending it again would run them twice), or
+            # the oldest it holds.
+            if w.dropped and (not w.batches or w.dropped[0] < w.batches[0].seq):
+                w.dropped.popleft()
+            elif w.batches:
+                self._resend_rows(w, w.batches[0])
 
     def _resend_rows(self, w: Worker, batch: Batch) -> None:
         """The worker could not unpickle ``batch`` (its oldest, the one it was reading):
@@ -497,27 +499,29 @@ class ProcessExecutor:
         """``w`` is stalled in a call (asleep, hung, waiting on a model): take back the
         calls it holds that have not begun, for the other workers and the stand-ins.
 
-        The cut is written to its state array before the calls are queued again; the
-        worker reads it before each call. A call that begins in the instant between the
-        engine's look and the cut runs twice (its late outcome is dropped): never lost.
+        The cut and the worker's claim of each call it begins are agreed under a lock
+        (``_cut.py``): what is taken back starts after the worker's latest claim, so a
+        call that began in the instant between the engine's look and the cut stays
+        with its worker. A call runs at most once.
         """
         running = self._pool.running_call(w)
         batches = w.batches
         if running is None or not batches or batches[0].seq != running[0]:
             return
         seq, index, _ = running
-        later = list(batches)[1:]
-        first = batches[0]
-        if index + 1 >= first.size and not later:
+        if index + 1 >= batches[0].size and len(batches) == 1:
             return
-        state = w.state
-        state[CUT_SEQ] = seq
-        state[CUT_INDEX] = index + 1
-        state[CUT_END] = later[-1].seq if later else seq
-        taken = self._queue.take_back(first, index + 1)
-        for batch in later:
-            batches.remove(batch)
-            taken += self._queue.take_back(batch, 0)
+        start = cut(w.state, w.state_map, (seq, index + 1), batches[-1].seq)
+        if start is None:
+            return  # no lock (or its worker died holding it): the batch waits for it
+        taken = 0
+        for batch in list(batches):
+            if batch.seq == start[0]:
+                taken += self._queue.take_back(batch, start[1])
+            elif batch.seq > start[0]:
+                batches.remove(batch)
+                w.dropped.append(batch.seq)
+                taken += self._queue.take_back(batch, 0)
         w.assigned -= taken
         self._taken_back += taken
         self._dispatch()

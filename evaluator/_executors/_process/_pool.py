@@ -26,11 +26,11 @@
 - **Stand-ins**: a worker whose call has run a while without using its core (it sleeps,
   hangs, or waits on a model call relayed to the engine) is *stalled*: it holds a slot,
   not a core. The calls queued behind the stalled one in its batches are taken back
-  (the executor writes a cut the worker reads before each call) and, for each stalled
-  worker, the pool forks a stand-in (with the fork server only: milliseconds each), a
-  worker like the others that takes the pending work, so that a hang waiting out its
-  timeout or a judge call waiting on its model does not leave a core idle; at most
-  ``MAX_STAND_INS_PER_WORKER`` per worker of the pool's size.
+  (agreed under a lock with the worker, which claims each call it begins: ``_cut.py``)
+  and, for each stalled worker, the pool forks a stand-in (with the fork server only:
+  milliseconds each), a worker like the others that takes the pending work, so that a
+  hang waiting out its timeout or a judge call waiting on its model does not leave a
+  core idle; at most ``MAX_STAND_INS_PER_WORKER`` per worker of the pool's size.
   When the stalled calls end, idle stand-ins retire. A call busy on its core, or
   waiting for one (runnable), is never stalled, so CPU-bound work is never
   oversubscribed. Linux only (a worker's CPU time and state are read from ``/proc``).
@@ -68,6 +68,7 @@ from ..._context import Stage
 from ..._loader import USER_MODULE_PREFIX, UserFunction
 from ..._results import ErrorInfo
 from ._channel import Channel
+from ._cut import init_lock
 from ._forkserver import ForkedProcess, ForkServer, fork_supported, python_argv
 from ._queue import Batch
 from ._wire import (
@@ -133,6 +134,7 @@ class Worker:
         "boot_stderr",
         "channel",
         "closed",
+        "dropped",
         "kill",
         "pidfd",
         "probe",
@@ -161,6 +163,9 @@ class Worker:
         self.state = memoryview(state_map).cast("q")
         self.pidfd = pidfd
         self.batches: deque[Batch] = deque()
+        # Batches taken back whole from it (a stall), whose answer (an empty last result,
+        # or UNREADABLE) is still to come: an answer is for the oldest batch not answered.
+        self.dropped: deque[int] = deque()
         self.assigned = 0
         self.retiring = False
         self.replaced = False  # another worker has been put in its place
@@ -498,6 +503,7 @@ class Pool:
         state_fd = _state_fd()
         try:
             state_map = mmap.mmap(state_fd, STATE_SLOTS * 8)
+            init_lock(state_map)  # before the worker maps it: the claim/cut lock
             proc, pidfd, stderr_fd = self._start_process(child_sock.fileno(), state_fd)
         except BaseException:
             parent_sock.close()

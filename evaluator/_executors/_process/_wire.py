@@ -24,7 +24,8 @@ that still cannot be read is that call's error: never a dead worker, never its b
 
 While a call runs, the worker publishes in a small shared-memory array of int64 which
 call it is (batch ``SEQ``, ``INDEX``) and since when (``START``, in ``perf_counter_ns``,
-the system-wide monotonic clock the engine reads too); ``START`` is 0 between calls.
+the system-wide monotonic clock the engine reads too); ``START`` is 0 between calls. The
+calls a stalled worker gives up are agreed in the same array, under a lock (``_cut.py``).
 
 Imported by the worker at boot: nothing here reaches beyond the call layer.
 """
@@ -46,6 +47,7 @@ from ..._results import Scored
 __all__ = [
     "BATCH",
     "BATCH_ROWS",
+    "CLAIMS",
     "CUT_END",
     "CUT_INDEX",
     "CUT_SEQ",
@@ -60,6 +62,7 @@ __all__ = [
     "KIND_RESULT",
     "LLM",
     "LLM_REPLY",
+    "LOCK",
     "PICKLE_PROTOCOL",
     "READY",
     "RESULT_HEADER",
@@ -105,9 +108,11 @@ SDK_NOTE = "sdk_note"
 # (SEQ, INDEX, START); the engine writes a *cut* (CUT_SEQ, CUT_INDEX, CUT_END): the calls
 # from position CUT_INDEX of batch CUT_SEQ, and every call of the batches after it up to
 # batch CUT_END, were taken back (a stalled call held them up) and must not be run. The
-# worker reads it before each call; CUT_END is written last.
-SEQ, INDEX, START, CUT_SEQ, CUT_INDEX, CUT_END = 0, 1, 2, 3, 4, 5
-STATE_SLOTS = 6
+# worker claims each call (SEQ, INDEX) and the engine cuts under one lock, a POSIX
+# semaphore in the slots from LOCK on, which CLAIMS (1) says both sides have (_cut.py).
+SEQ, INDEX, START, CUT_SEQ, CUT_INDEX, CUT_END, CLAIMS = 0, 1, 2, 3, 4, 5, 6
+LOCK = 8  # 8 slots (64 bytes): a sem_t is 32 bytes on 64-bit Linux
+STATE_SLOTS = 16
 
 #: Exit codes the engine recognises: a planned exit after a MemoryError under the memory
 #: limit (its call was already reported), and a user file that would not load.

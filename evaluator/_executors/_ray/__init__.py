@@ -1,6 +1,6 @@
 """The Ray executor: sync user functions on a Ray cluster, under each node's own supervision.
 
-One module per job (see ``docs/architecture.md``, "The Ray executor"):
+One module per job (see ``docs/architecture/ray.md``):
 
 - ``_executor``: :class:`RayExecutor`, the :class:`Executor` on the driver: submit,
   batches placed on the node actors, outcomes back, the calls of a lost actor requeued;

@@ -4,6 +4,11 @@ Once on a local instance the engine starts and stops itself, once against a clus
 started with `ray start --head` (stopped by signalling that process, the one this test
 started), and once against a head whose Ray Client server dies as it starts, as it did
 now and then on its own (issue 14). Everything on 127.0.0.1.
+
+Each run and each head has a Ray temp dir of its own (``RAY_TMPDIR``: its sessions, its
+logs, its address record) and a marker in its environment, which every process it starts
+inherits: the tests count and read only those, never Ray's processes or ``/tmp/ray`` of
+the whole machine, where anything else may run Ray.
 """
 
 from __future__ import annotations
@@ -12,12 +17,15 @@ import contextlib
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +41,23 @@ ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ["--metric", "examples/cpu/metric.py", "--data", "examples/cpu/data.jsonl"]
 
 
-def _env() -> dict[str, str]:
+#: The environment variable that marks the processes a test started (its value: the
+#: test's Ray temp dir).
+MARKER = "SKYNET_TEST_RAY_RUN"
+
+
+@contextlib.contextmanager
+def _ray_temp() -> Iterator[Path]:
+    """A Ray temp dir of one run or head, removed after. Short, under the system's temp
+    dir: Ray's sockets live below it and a Unix socket's path is at most 107 bytes."""
+    folder = Path(tempfile.mkdtemp(prefix=f"ray-{uuid.uuid4().hex[:6]}-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _env(ray_temp: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # every Ray process on loopback
     env["RAY_AUTH_MODE"] = "token"  # the default of `ray start`, explicit for an address
@@ -41,31 +65,30 @@ def _env() -> dict[str, str]:
     # loaded two-core machine the import of Ray alone can take that long.
     env["RAY_CLIENT_SERVER_CHECK_CHANNEL_TIMEOUT_S"] = "120"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    env["RAY_TMPDIR"] = str(ray_temp)
+    env[MARKER] = str(ray_temp)
     return env
 
 
-def _ray_processes() -> set[int]:
-    """Ray's own daemons on this machine (read only: nothing is killed by name)."""
+def _started_by(ray_temp: Path) -> set[int]:
+    """The processes still running that the run or head of ``ray_temp`` started (its
+    marker is in their environment), wherever they were reparented. Processes of other
+    users cannot be read, and are not ours."""
     found = set()
-    for proc in psutil.process_iter(["pid", "name"]):
-        if proc.info["name"] in ("gcs_server", "raylet"):
-            found.add(proc.info["pid"])
+    for proc in psutil.process_iter(["pid"]):
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get(MARKER) == str(ray_temp) and proc.status() != "zombie":
+                found.add(proc.info["pid"])
     return found
 
 
-def _ray_logs(args: tuple[str, ...]) -> str:
+def _ray_logs(ray_temp: Path) -> str:
     """The ends of the Ray logs that tell why a run hung: the Ray Client servers' (the
-    proxy's and each client's) and the newest workers' (the node actors'), of the session
-    of the head the run used (its proxy's log names its address), else the latest one."""
-    address = args[args.index("--ray-address") + 1] if "--ray-address" in args else None
-    logs = Path("/tmp/ray/session_latest/logs")
-    if address is not None:
-        wanted = address.removeprefix("ray://")
-        for proxy in sorted(Path("/tmp/ray").glob("session_2*/logs/ray_client_server.err")):
-            if wanted in proxy.read_text(errors="replace")[:1000]:
-                logs = proxy.parent
+    proxy's and each client's) and the newest workers' (the node actors'), of the latest
+    session under ``ray_temp`` (the run's own, or its head's)."""
+    logs = ray_temp / "ray" / "session_latest" / "logs"
     if not logs.is_dir():
-        return "(no Ray logs)"
+        return f"(no Ray logs under {ray_temp})"
     workers = sorted(logs.glob("worker-*.err"), key=lambda p: p.stat().st_mtime)[-3:]
     parts = [f"Ray logs: {logs.resolve()}"]
     for path in [*sorted(logs.glob("ray_client_server*.err")), *workers]:
@@ -80,16 +103,19 @@ def _kill_session(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def _run(*args: str, guard: float = 100.0) -> subprocess.CompletedProcess[str]:
-    """The command in a session of its own: a run that outlasts its guard (100 s, inside
-    pytest's 120 s) is killed with every process it started, so that nothing of it is
-    left to be counted by the tests after this one, and fails with what it printed: the
-    Python stacks of all its threads (faulthandler, on SIGABRT) and Ray's logs."""
+def _run(
+    *args: str, ray_temp: Path, logs: Path | None = None, guard: float = 100.0
+) -> subprocess.CompletedProcess[str]:
+    """The command in a session of its own, with ``ray_temp`` as its Ray temp dir: a run
+    that outlasts its guard (100 s, inside pytest's 120 s) is killed with every process
+    it started, so that nothing of it is left to be counted by the tests after this one,
+    and fails with what it printed: the Python stacks of all its threads (faulthandler,
+    on SIGABRT) and Ray's logs (those under ``logs``: its head's, default its own)."""
     argv = [sys.executable, "-m", "evaluator", "run", *EXAMPLE, "--execution", "ray", "--json"]
     proc = subprocess.Popen(
         [*argv, *args],
         cwd=ROOT,
-        env={**_env(), "PYTHONFAULTHANDLER": "1"},
+        env={**_env(ray_temp), "PYTHONFAULTHANDLER": "1"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -106,7 +132,8 @@ def _run(*args: str, guard: float = 100.0) -> subprocess.CompletedProcess[str]:
             stdout, stderr = proc.communicate()
         _kill_session(proc.pid)  # what it started, if any is left
         raise AssertionError(
-            f"the run did not end within {guard:g} s:\n{stderr[-6000:]}\n{_ray_logs(args)}"
+            f"the run did not end within {guard:g} s:\n{stderr[-6000:]}\n"
+            + _ray_logs(logs or ray_temp)
         ) from None
     finally:
         if proc.poll() is None:
@@ -127,15 +154,18 @@ def _check_report(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 
 
 def test_run_on_a_local_instance() -> None:
-    """Without --ray-address the engine starts a local instance, runs, and stops it."""
-    before = _ray_processes()
-    done = _run()
-    _check_report(done)
-    assert "Traceback" not in done.stderr
-    deadline = time.monotonic() + 30
-    while _ray_processes() - before and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _ray_processes() - before == set()
+    """Without --ray-address the engine starts a local instance (its session in the
+    run's own Ray temp dir), runs, and stops it: none of the processes it started is
+    left."""
+    with _ray_temp() as ray_temp:
+        done = _run(ray_temp=ray_temp)
+        _check_report(done)
+        assert "Traceback" not in done.stderr
+        assert list((ray_temp / "ray").glob("session_2*")), "the run's Ray used another dir"
+        deadline = time.monotonic() + 30  # a guard against a hang: Ray's daemons exit
+        while _started_by(ray_temp) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _started_by(ray_temp) == set()
 
 
 def _free_port() -> int:
@@ -146,8 +176,9 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def _head(folder: Path, env: dict[str, str]) -> Iterator[tuple[str, str]]:
-    """A cluster from `ray start --head --block` on free ports, its log in ``folder``:
-    its address and its Ray Client address; stopped (and its record removed) after."""
+    """A cluster from `ray start --head --block` on free ports (``env`` gives it its Ray
+    temp dir), its log in ``folder``: its address and its Ray Client address; stopped
+    after."""
     port, client = _free_port(), _free_port()
     argv = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block"]
     argv += ["--num-cpus", "2", "--node-ip-address", "127.0.0.1", "--port", str(port)]
@@ -167,19 +198,14 @@ def _head(folder: Path, env: dict[str, str]) -> Iterator[tuple[str, str]]:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
-        # `ray start` records its address for ray.init() to find; a stopped one would
-        # send later connections to a dead address.
-        record = Path("/tmp/ray/ray_current_cluster")
-        if record.exists() and record.read_text().strip() == f"127.0.0.1:{port}":
-            record.unlink()
 
 
 @pytest.fixture(scope="module")
-def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """A cluster from `ray start --head --block` on free ports: its address and its Ray
-    Client address."""
-    with _head(tmp_path_factory.mktemp("head"), _env()) as addresses:
-        yield addresses
+def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Path]]:
+    """A cluster from `ray start --head --block` on free ports: its address, its Ray
+    Client address and its Ray temp dir."""
+    with _ray_temp() as ray_temp, _head(tmp_path_factory.mktemp("head"), _env(ray_temp)) as a:
+        yield (*a, ray_temp)
 
 
 #: Loaded by every Python process of the crashing head: in its Ray Client proxy, the
@@ -223,22 +249,25 @@ def test_run_when_the_ray_client_server_dies_as_it_starts(tmp_path: Path) -> Non
     marker = tmp_path / "crashed"
     code = textwrap.dedent(_CRASH_FIRST_SERVER).format(marker=str(marker))
     (hooks / "sitecustomize.py").write_text(code)
-    env = _env()
-    env["PYTHONPATH"] = os.pathsep.join([str(hooks), env["PYTHONPATH"]])
-    with _head(tmp_path, env) as (_, client):
-        done = _run("--ray-address", client, guard=150)
+    with _ray_temp() as head_temp, _ray_temp() as run_temp:
+        env = _env(head_temp)
+        env["PYTHONPATH"] = os.pathsep.join([str(hooks), env["PYTHONPATH"]])
+        with _head(tmp_path, env) as (_, client):
+            done = _run("--ray-address", client, ray_temp=run_temp, logs=head_temp, guard=150)
     assert marker.exists(), "the proxy's first server was not made to crash"
     _check_report(done)
     assert "connecting again (2 of 3)" in done.stderr, done.stderr[-3000:]
 
 
 @pytest.mark.parametrize("form", ["HOST:PORT", "ray://HOST:PORT"])
-def test_run_against_ray_start_head(head: tuple[str, str], form: str) -> None:
+def test_run_against_ray_start_head(head: tuple[str, str, Path], form: str) -> None:
     """--ray-address runs the example on a cluster that `ray start --head` started,
     shipping the example's folder to it, directly or through Ray Client; the cluster
     keeps running afterwards."""
     if form.startswith("ray://"):
         pytest.importorskip("grpc")  # Ray Client: the extra ray[client]
-    done = _run("--ray-address", head[form.startswith("ray://")])
+    with _ray_temp() as run_temp:
+        address = head[1] if form.startswith("ray://") else head[0]
+        done = _run("--ray-address", address, ray_temp=run_temp, logs=head[2])
     cluster = _check_report(done)
     assert [node.split()[0] for node in cluster["calls_by_node"]] == ["127.0.0.1"]

@@ -5,6 +5,7 @@ on its core never does. Real worker processes and a real fork server."""
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -21,9 +22,14 @@ pytestmark = pytest.mark.skipif(
 )
 
 METRIC = """
+import os
 import time
 
 def score(input, output, expected=None):
+    if "log" in input:  # one line per execution, appended whole (O_APPEND)
+        fd = os.open(input["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        os.write(fd, b"%d\\n" % input["id"])
+        os.close(fd)
     if input["mode"] == "sleep":
         time.sleep(input["s"])
     elif input["mode"] == "spin":
@@ -108,3 +114,23 @@ async def test_calls_queued_behind_a_stalled_call_are_taken_back(
     assert [o.value.feedback for o in outcomes] == ["sleep"] + ["ok"] * 200
     stats = executor.statistics()
     assert stats.calls_taken_back >= 1 and stats.stand_ins_started >= 1
+
+
+async def test_each_call_runs_once_across_many_cuts(
+    executor: ProcessExecutor, tmp_path: Path
+) -> None:
+    """Eight sleepers, each followed by 60 quick calls, in one submit: each sleeper
+    stalls the worker (or stand-in) running it and the calls behind it are taken back,
+    again and again. Every call gets its one outcome, and every call ran exactly once
+    (each execution appends its id to a log)."""
+    log = tmp_path / "ran.log"
+    calls = []
+    for i in range(8 * 61):
+        mode = "sleep" if i % 61 == 0 else "ok"
+        calls.append(ScoreCall(i, i, {"mode": mode, "s": 0.3, "id": i, "log": str(log)}, None))
+    outcomes = await asyncio.wait_for(executor.submit(calls), timeout=60)
+    assert [o.error for o in outcomes] == [None] * len(calls)
+    stats = executor.statistics()
+    assert stats.calls_taken_back >= 1 and stats.stand_ins_started >= 1
+    ran = Counter(int(line) for line in log.read_text().split())
+    assert ran == Counter(range(len(calls)))
