@@ -55,6 +55,9 @@ from typing import Any
 
 STEP_FILE = "Metric file"
 STEP_SIGNATURE = "Metric signature"
+#: The same two steps for a program file (``run``): its errors never say "Metric".
+STEP_PROGRAM_FILE = "Program file"
+STEP_PROGRAM_SIGNATURE = "Program signature"
 STEP_REWARD = "Reward spec"
 STEP_RUNS = "Metric runs"
 STEP_RETURN = "Metric return value"

@@ -70,7 +70,7 @@ from ._wire import (
     control,
 )
 
-__all__ = ["die_with_parent", "ignore_stop_signals", "main", "prepare_imports", "serve_forked"]
+__all__ = ["default_stop_signals", "die_with_parent", "main", "prepare_imports", "serve_forked"]
 
 #: How much one ``recv`` of the worker asks for.
 _RECV_SIZE = 1 << 16
@@ -332,7 +332,7 @@ def _load(init: WorkerInit, channel: _Channel, preloaded: UserFunction | None) -
         ):
             fn = preloaded
         else:
-            fn = load_function(init.path, init.name)
+            fn = load_function(init.path, init.name, guard_engine=False)
     except BaseException as exc:
         if isinstance(exc, MemoryError) and limit_mb is not None:
             message = (
@@ -482,22 +482,34 @@ class _Worker:
         send(seq, flushed, clock() - last, True, outs[flushed:])
 
 
-def ignore_stop_signals() -> None:
-    """The terminal's Ctrl-C, and a SIGTERM sent to the whole process group (systemd,
-    ``kill -- -PGID``), reach the workers too; the engine handles them and stops the
-    workers, so a worker must not die mid-call with a KeyboardInterrupt, nor of the
-    SIGTERM before the engine has stopped (its call would be recorded as a crash). A
-    worker still dies with the engine, whatever kills it (``die_with_parent``)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if hasattr(signal, "pthread_sigmask"):
-        # The engine starts workers with both blocked (so that one during the imports
-        # above cannot print a traceback or end it); ignored now, they may be unblocked.
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+def default_stop_signals() -> None:
+    """SIGINT and SIGTERM as a fresh interpreter has them, for the user's code and every
+    process it starts (a ``multiprocessing.Pool``'s ``terminate()`` is a SIGTERM).
+
+    The engine starts a worker with both blocked, in a process group of its own: the
+    terminal's Ctrl-C and a SIGTERM to the engine's group (systemd, ``kill -- -PGID``)
+    never reach it, so a worker does not die mid-call before the engine stops it, and no
+    disposition of the engine's is inherited. One sent while the worker was still being
+    started, before it left the engine's group, is pending: dropped here (a signal that
+    is ignored is discarded), then the defaults go back and the mask is lifted. A worker
+    still dies with the engine, whatever kills it (``die_with_parent``)."""
+    stops = (signal.SIGINT, signal.SIGTERM)
+    if not hasattr(signal, "pthread_sigmask"):
+        return
+    for sig in stops:
+        signal.signal(sig, signal.SIG_IGN)  # discards one pending
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, set(stops))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def prepare_imports(init: WorkerInit) -> None:
-    """The engine's ``sys.path``, and its user modules importable by name."""
+    """The engine's ``sys.path``, and its user modules importable by name; the engine's
+    and the standard library's names resolve only to theirs (``EngineNames``), whatever
+    the user's folders put on the path."""
+    from ..._loader import protect_engine_imports
+
+    protect_engine_imports()
     for entry in reversed(init.sys_path):
         if entry not in sys.path:
             sys.path.insert(0, entry)
@@ -506,10 +518,31 @@ def prepare_imports(init: WorkerInit) -> None:
 
 
 def main() -> None:
-    """Entry point: ``python -c ... <root> <socket fd> <state fd> <engine pid>``."""
+    """Entry point: ``python -c ... <root> <socket fd> <state fd> <engine pid> [<stderr
+    fd>]``: with a stderr fd, fd 2 is the engine's pipe until the worker is ready (see
+    ``_pool.BootStderr``), and that fd the engine's own stderr, put in its place then."""
     sock_fd, state_fd, parent_pid = (int(a) for a in sys.argv[2:5])
-    ignore_stop_signals()
+    global _real_stderr
+    _real_stderr = int(sys.argv[5]) if len(sys.argv) > 5 else None
+    default_stop_signals()
     _serve(sock_fd, state_fd, parent_pid, None)
+
+
+#: The engine's stderr, given to a spawned worker beside the pipe its start-up writes to.
+_real_stderr: int | None = None
+
+
+def _stderr_to_engine() -> None:
+    """Ready: from now on write straight to the engine's stderr (the pipe ends here)."""
+    global _real_stderr
+    if _real_stderr is None:
+        return
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    with contextlib.suppress(OSError):
+        os.dup2(_real_stderr, 2)
+        os.close(_real_stderr)
+    _real_stderr = None
 
 
 def serve_forked(
@@ -541,5 +574,6 @@ def _serve(sock_fd: int, state_fd: int, parent_pid: int, preloaded: UserFunction
         from ..._sdk._worker import boot
 
         boot()
+    _stderr_to_engine()
     channel.send(control(READY, os.getpid()))
     _Worker(channel, memoryview(state_map).cast("q"), init).serve(fn)

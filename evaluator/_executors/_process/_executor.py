@@ -454,7 +454,11 @@ class ProcessExecutor(ExecutorBase):
         was the planned exit after a ``MemoryError`` already reported.
         """
         stage, timeout, fn = self.stage, self.timeout, self.fn
-        penalise = exit.kill is None and exit.returncode != EXIT_MEMORY
+        # A death that broke the pool (workers keep dying while starting) is not the
+        # batch's: its calls fail with the pool's cause, which quotes the worker's stderr.
+        penalise = (
+            exit.kill is None and exit.returncode != EXIT_MEMORY and self._pool.broken is None
+        )
         if exit.kill is not None:
             seq, index, started = exit.kill
 

@@ -193,20 +193,24 @@ class TestForkServer:
         assert [p for p in psutil.Process().children(recursive=True) if p.is_running()] == []
 
     def test_signals_of_a_forked_worker(self, tmp_path: Path) -> None:
-        """A forked worker ignores SIGINT, as a spawned one does (the terminal's Ctrl-C is
-        the engine's to handle), and has SIGCHLD back at its default."""
+        """A forked worker ignores neither SIGINT nor SIGTERM (what user code starts must
+        not inherit an ignored signal), leads a process group of its own (the terminal's
+        Ctrl-C is the engine's to handle), and has SIGCHLD back at its default."""
 
-        async def main() -> tuple[str, str]:
+        async def main() -> tuple[str, str, int, int]:
             fn = _metric(tmp_path)
             async with ProcessExecutor(fn, "score", timeout=30, workers=1) as ex:
                 pid = await _forked_pid(ex)
                 status = await asyncio.to_thread(Path(f"/proc/{pid}/status").read_text)
+                group = os.getpgid(pid)
             fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
-            return fields["SigIgn"].strip(), fields["SigCgt"].strip()
+            return fields["SigIgn"].strip(), fields["SigCgt"].strip(), pid, group
 
-        ignored, caught = asyncio.run(main())
-        assert int(ignored, 16) & (1 << (signal.SIGINT - 1))
+        ignored, caught, pid, group = asyncio.run(main())
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            assert not int(ignored, 16) & (1 << (sig - 1))
         assert not int(caught, 16) & (1 << (signal.SIGCHLD - 1))
+        assert group == pid != os.getpgid(0)
 
     async def test_fork_server_can_be_turned_off(self, tmp_path: Path) -> None:
         """With fork_server=False no fork server starts: replacements after crashes are
