@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 from evaluator._background import BackgroundEngine, EngineClosedError
 from evaluator._models import Models
 from llm_client import ModelConfig, Simulator, SimulatorConfig
+from tests._helpers import until_sync
 
 
 @pytest.fixture
@@ -32,15 +32,6 @@ def _judge(sim: Simulator, **fields: Any) -> Models:
             model="gpt-4o-mini", base_url=sim.base_url, api_key_env=None, rpm=1200, **fields
         )
     )
-
-
-def _wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    """Poll a condition another thread makes true (a guard against hangs, not a timing)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("the condition never held")
-        time.sleep(0.005)
 
 
 class TestBackgroundEngine:
@@ -113,7 +104,7 @@ class TestBackgroundEngine:
 
             thread = threading.Thread(target=caller)
             thread.start()
-            _wait_for(lambda: slow.statistics().in_flight == 1)
+            until_sync(lambda: slow.statistics().in_flight == 1)
             engine.close()
             thread.join(30)
             assert not thread.is_alive()

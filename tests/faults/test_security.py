@@ -8,7 +8,6 @@ import logging
 import os
 import subprocess
 import sys
-import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,15 +18,10 @@ import pytest
 from evaluator._models import Models
 from evaluator._pipeline import Evaluator
 from llm_client import LLMError, ModelClient, ModelConfig, Simulator, SimulatorConfig
+from tests._helpers import write
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-test-SECRET123"
-
-
-def _write(folder: Path, name: str, source: str) -> Path:
-    path = folder / name
-    path.write_text(textwrap.dedent(source))
-    return path
 
 
 # -- measurements -------------------------------------------------------------------------
@@ -95,8 +89,8 @@ class TestMeasurements:
     ) -> None:
         """A program that patches time.perf_counter_ns, perf_counter, monotonic and time
         to report no time still gets its real duration (>= 150 ms, tolerance: < 5 s)."""
-        program = _write(tmp_path, "program.py", CLOCK_CHEAT)
-        metric = _write(
+        program = write(tmp_path, "program.py", CLOCK_CHEAT)
+        metric = write(
             tmp_path, "metric.py", "def score(i, o):\n    return 1.0, {'feedback': ''}\n"
         )
         rows = [{"id": i, "input": {}} for i in range(3)]
@@ -116,8 +110,8 @@ class TestMeasurements:
         """A metric that tries every way to mutate what observation() returned (setattr,
         object.__setattr__, msgspec force_setattr) cannot change the recorded
         observation, nor another example's score."""
-        program = _write(tmp_path, "program.py", SLEEP_PROGRAM)
-        metric = _write(tmp_path, "metric.py", TAMPER)
+        program = write(tmp_path, "program.py", SLEEP_PROGRAM)
+        metric = write(tmp_path, "metric.py", TAMPER)
         tamper = [i % 2 == 0 for i in range(8)]
         rows = [{"id": i, "input": {"tamper": t}} for i, t in enumerate(tamper)]
         async with Evaluator(
@@ -140,7 +134,7 @@ class TestMeasurements:
         from evaluator._pipeline import _assembly
 
         saved = msgspec.structs.asdict(_assembly.SCORE_ONLY)
-        metric = _write(tmp_path, "metric.py", TAMPER)
+        metric = write(tmp_path, "metric.py", TAMPER)
         try:
             async with Evaluator(metric, execution=execution, timeout=10) as ev:
                 (first,) = await ev.evaluate_many(
@@ -290,8 +284,8 @@ class TestApiKey:
     ) -> None:
         """A judge and a program model answering 401 with the key echoed: the results
         (errors, feedback, observation notes, judge usage) never hold it."""
-        judge = _write(tmp_path, "judge.py", JUDGE)
-        program = _write(tmp_path, "program.py", LLM_PROGRAM)
+        judge = write(tmp_path, "judge.py", JUDGE)
+        program = write(tmp_path, "program.py", LLM_PROGRAM)
         async with Simulator(SimulatorConfig(api_key="sk-the-right-one")) as sim:
             model = ModelConfig(model="m", base_url=sim.base_url, max_retries=0)
             async with Evaluator(
@@ -313,8 +307,8 @@ class TestApiKey:
         """``skynet-eval run`` with OPENAI_API_KEY set and a provider that answers 401
         echoing the key: the results file, the JSON report, the table report and the
         progress lines on stderr are free of the key."""
-        judge = _write(tmp_path, "judge.py", JUDGE)
-        program = _write(tmp_path, "program.py", LLM_PROGRAM)
+        judge = write(tmp_path, "judge.py", JUDGE)
+        program = write(tmp_path, "program.py", LLM_PROGRAM)
         data = tmp_path / "data.jsonl"
         data.write_text(
             "".join(json.dumps({"id": i, "input": {"q": f"q{i}"}}) + "\n" for i in range(4))
@@ -395,8 +389,8 @@ class TestExpectedStaysInTheMetric:
     async def adapter(self, tmp_path: Path) -> AsyncIterator[Any]:
         from evaluator.gepa import EvaluatorAdapter
 
-        metric = _write(tmp_path, "metric.py", LEAKY)
-        program = _write(tmp_path, "program.py", PROGRAM)
+        metric = write(tmp_path, "metric.py", LEAKY)
+        program = write(tmp_path, "program.py", PROGRAM)
         async with Evaluator(
             metric, program, execution="thread", program_execution="thread", timeout=10
         ) as ev:

@@ -22,8 +22,9 @@ from llm_client import (
 )
 from llm_client._governor import _Bucket, governor_for
 from llm_client._wire import estimate_tokens
+from tests._helpers import until
 
-from .conftest import config, until, user
+from .conftest import config, user
 
 
 def _peak(times: list[float], window: float) -> int:

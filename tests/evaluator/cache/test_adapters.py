@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import pytest
 from evaluator.dspy import to_dspy_metric
 from evaluator.gepa import EvaluatorAdapter
 from llm_client import ModelConfig, Simulator, SimulatorConfig
+from tests._helpers import write
 
 CLASSIFY = Path(__file__).resolve().parents[3] / "examples" / "classify"
 JUDGE = """
@@ -31,12 +31,6 @@ def score(input, output, expected=None):
         raise ValueError("boom")
     return float(output == expected["label"]), {"feedback": "ok"}
 """
-
-
-def write(folder: Path, name: str, source: str) -> Path:
-    path = folder / name
-    path.write_text(textwrap.dedent(source))
-    return path
 
 
 def rows() -> list[dict[str, Any]]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import textwrap
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -21,6 +20,7 @@ from evaluator._dataset import Example
 from evaluator._exceptions import ConfigError, DatasetError
 from evaluator._loader import load_metric
 from evaluator._pipeline import Evaluator, choose_execution
+from tests._helpers import write
 
 # User files shared by these tests, kept as real files in sources/ (see its README).
 SOURCES = Path(__file__).resolve().parents[1] / "sources"
@@ -37,12 +37,6 @@ EXPECTED_KIND = {
     "crash": "worker_crash",
     "hang": "metric_timeout",
 }
-
-
-def write(folder: Path, name: str, source: str) -> Path:
-    path = folder / name
-    path.write_text(textwrap.dedent(source))
-    return path
 
 
 def examples(kinds: list[str], **extra: Any) -> list[Example]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import textwrap
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -20,6 +19,7 @@ from evaluator._loader import load_metric
 from evaluator._pipeline import choose_execution
 from evaluator._pipeline._evaluator import DEFAULT_MODEL_BUDGET
 from llm_client import ModelConfig, Simulator, SimulatorConfig
+from tests._helpers import write
 
 ROOT = Path(__file__).resolve().parents[3]
 JUDGE = ROOT / "examples" / "metrics" / "judge.py"
@@ -37,12 +37,6 @@ from skynet import llm
 def run(artifact, input):
     return llm(artifact, input=input["question"])
 """
-
-
-def write(folder: Path, name: str, source: str) -> Path:
-    path = folder / name
-    path.write_text(textwrap.dedent(source))
-    return path
 
 
 def judged(n: int, offset: int = 0) -> list[Example]:

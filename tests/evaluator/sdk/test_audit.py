@@ -12,8 +12,9 @@ from evaluator import Evaluator
 from evaluator._context import CallContext, call_context
 from evaluator._sdk import _audit
 from llm_client import Simulator, SimulatorConfig
+from tests._helpers import write
 
-from .conftest import ACCEPT, examples, write
+from .conftest import ACCEPT, examples
 
 RAW_HTTP = """
 import json

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,8 +13,9 @@ import pytest
 from evaluator import Evaluator, Models
 from llm_client import ModelConfig, ModelSettings, Simulator, SimulatorConfig
 from llm_client._governor import governor_for
+from tests._helpers import until, write
 
-from .conftest import ACCEPT, examples, write
+from .conftest import ACCEPT, examples
 
 ONE_CALL = """
 import openai
@@ -31,15 +31,6 @@ def run(artifact, input):
 """
 
 SECRET = "sk-proj-ROUTEDSECRETKEY0123456789abcdefXYZ"
-
-
-async def _until(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    """Yield to the loop until ``predicate()`` holds (a state change, not a timed sleep)."""
-    async with asyncio.timeout(timeout):
-        for _ in iter(int, 1):
-            if predicate():
-                return
-            await asyncio.sleep(0.005)
 
 
 class TestWhichClient:
@@ -165,7 +156,7 @@ class TestCancellation:
             ev = Evaluator(metric, program, program_execution="thread", workers=4, timeout=60)
             async with ev:
                 task = asyncio.create_task(ev.evaluate_many({"url": sim.base_url}, examples(4)))
-                await _until(lambda: sim.statistics().in_flight == 4)
+                await until(lambda: sim.statistics().in_flight == 4)
                 running = [
                     t for t in threading.enumerate() if t.name.startswith("skynet-thread-run")
                 ]

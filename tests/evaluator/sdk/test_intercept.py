@@ -10,8 +10,9 @@ import pytest
 
 from evaluator import Evaluator
 from llm_client import Simulator, SimulatorConfig
+from tests._helpers import write
 
-from .conftest import ACCEPT, OPENAI_ASYNC, OPENAI_SYNC, examples, write
+from .conftest import ACCEPT, OPENAI_ASYNC, OPENAI_SYNC, examples
 
 
 class TestRoutedInEveryExecutor:

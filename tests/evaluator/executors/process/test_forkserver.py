@@ -19,6 +19,7 @@ from evaluator._calls import Outcome, ScoreCall
 from evaluator._executors._process._executor import ProcessExecutor, ProcessExecutorStatistics
 from evaluator._executors._process._forkserver import fork_supported
 from evaluator._loader import UserFunction, load_function
+from tests._helpers import until
 
 pytestmark = pytest.mark.skipif(not fork_supported(), reason="the fork server is Linux only")
 
@@ -63,13 +64,11 @@ def _kinds(outcomes: list[Outcome]) -> list[str]:
 async def _until(
     ex: ProcessExecutor, ready: Callable[[ProcessExecutorStatistics], bool]
 ) -> ProcessExecutorStatistics:
-    """Poll the statistics (at most 20 s) until ``ready``."""
-    for _ in range(2000):
-        stats = ex.statistics()
-        if ready(stats):
-            return stats
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"not reached in 20 s: {ex.statistics()}")
+    """The statistics, once ``ready`` holds of them."""
+    return await until(
+        lambda: stats if ready(stats := ex.statistics()) else None,
+        lambda: f"ready: {ex.statistics()}",
+    )
 
 
 def _server_ready(stats: ProcessExecutorStatistics) -> bool:

@@ -1,0 +1,55 @@
+"""Helpers shared by the tests: write a source file, wait for a state change.
+
+Import them as ``from tests._helpers import until, write`` (pytest's importlib mode
+makes ``tests`` importable from every test module).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def write(folder: Path, name: str, source: str) -> Path:
+    """``folder/name`` holding ``source``, dedented (the folder is made if missing)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+async def until(
+    predicate: Callable[[], T],
+    what: str | Callable[[], str] = "the condition",
+    timeout: float = 20.0,
+) -> T:
+    """Yield to the loop until ``predicate()`` is truthy, and return that value.
+
+    The state it reads changes in other tasks, threads or processes, which may offer
+    nothing to await: poll, bounded by ``timeout`` (a guard against a hang, not a timing).
+    ``what`` names the state in the failure (a callable: read when it fails).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not (value := predicate()):
+        if loop.time() > deadline:
+            said = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout} s waiting until {said}")
+        await asyncio.sleep(0.002)
+    return value
+
+
+def until_sync(predicate: Callable[[], T], what: str = "the condition", timeout: float = 30.0) -> T:
+    """:func:`until` for a test without a loop: the state changes in another thread."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting until {what}")
+        time.sleep(0.005)
+    return value
