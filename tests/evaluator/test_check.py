@@ -22,7 +22,7 @@ def metric(tmp_path: Path, source: str, name: str = "metric.py") -> Path:
 class TestCheckContract:
     async def test_page_exact_match_passes(self) -> None:
         """The page's exact-match metric passes every step."""
-        report = await check_contract(METRICS / "exact_match.py", _rows(LABELS))
+        report = await check_contract(METRICS / "exact_match.py", _rows(LABELS), execution="inline")
         assert report.ok
         assert [s.name for s in report.steps] == [
             "Metric file",
@@ -33,12 +33,16 @@ class TestCheckContract:
 
     async def test_page_json_checks_passes(self) -> None:
         """The page's several-checks JSON metric passes every step."""
-        report = await check_contract(METRICS / "json_checks.py", _rows(METRICS / "fields.jsonl"))
+        report = await check_contract(
+            METRICS / "json_checks.py", _rows(METRICS / "fields.jsonl"), execution="inline"
+        )
         assert report.ok
 
     async def test_reward_spec_step(self) -> None:
         """A module with REWARD_SPEC gets the Reward spec step, and passes it."""
-        report = await check_contract(METRICS / "reward_blend.py", _rows(LABELS))
+        report = await check_contract(
+            METRICS / "reward_blend.py", _rows(LABELS), execution="inline"
+        )
         assert "Reward spec" in [s.name for s in report.steps] and report.ok
 
     async def test_bad_reward_spec(self, tmp_path: Path) -> None:

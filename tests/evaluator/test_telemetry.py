@@ -339,6 +339,7 @@ class TestFailedCalls:
             async with Evaluator(
                 metric,
                 program,
+                execution="inline",
                 models=Models(program=config),
                 tracer_provider=otel.tracer_provider,
             ) as ev:
@@ -448,7 +449,11 @@ class TestMetrics:
         metric = write(tmp_path, "metric.py", EXACT)
         config = ModelConfig(model="sim-unpriced-model", base_url=sim.base_url, api_key_env=key_env)
         async with Evaluator(
-            metric, program, models=Models(program=config), meter_provider=otel.meter_provider
+            metric,
+            program,
+            execution="inline",
+            models=Models(program=config),
+            meter_provider=otel.meter_provider,
         ) as ev:
             results = await ev.evaluate_many(
                 "Answer.",

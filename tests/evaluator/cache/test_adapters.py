@@ -55,7 +55,11 @@ class TestGepaAdapter:
         metric = write(tmp_path, "metric.py", COUNTING)
         candidate = {"prompt": "refund -> billing"}
         with EvaluatorAdapter.open(
-            metric=str(metric), program=str(CLASSIFY / "program.py"), execution="inline", **options
+            metric=str(metric),
+            program=str(CLASSIFY / "program.py"),
+            execution="inline",
+            program_execution="inline",
+            **options,
         ) as adapter:
             first = adapter.evaluate(rows(), candidate)
             second = adapter.evaluate(rows(), candidate)

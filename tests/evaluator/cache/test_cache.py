@@ -413,7 +413,9 @@ class TestReport:
             """,
         )
         program = write(tmp_path, "program.py", ECHO)
-        async with Evaluator(metric, program, execution="inline", cache=True) as ev:
+        async with Evaluator(
+            metric, program, execution="inline", program_execution="inline", cache=True
+        ) as ev:
             fresh = await ev.evaluate_many("a", rows(2))
             report = await ev.evaluate("a", rows(2))
             hits = await ev.evaluate_many("a", rows(2))

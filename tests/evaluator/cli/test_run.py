@@ -115,6 +115,8 @@ class TestRun:
                 "--artifact-text", "refund -> billing",
                 "--data", str(CLASSIFY / "data.jsonl"),
                 "--output", str(out),
+                "--execution", "inline",
+                "--program-execution", "inline",
             ]
         )  # fmt: skip
         assert code == 0
@@ -159,7 +161,8 @@ class TestRun:
         metric.write_text("def score(i, o, e=None):\n    return 0.5\n")
         data = _dataset(tmp_path / "d.jsonl", 5)
         out = tmp_path / "r.jsonl"
-        code = main(["run", "--metric", str(metric), "--data", str(data), "--output", str(out)])
+        argv = ["run", "--metric", str(metric), "--data", str(data), "--output", str(out)]
+        code = main([*argv, "--execution", "inline"])
         assert code == 1
         assert not out.exists()  # nothing written: no file left behind
 
@@ -206,6 +209,7 @@ class TestResume:
         data = _dataset(tmp_path / "d.jsonl", 5)
         out = tmp_path / "r.jsonl"
         argv = ["run", "--metric", str(CLASSIFY / "metric.py"), "--data", str(data)]
+        argv += ["--execution", "inline"]
         assert main([*argv, "--output", str(out), "--json"]) == 0
         capsys.readouterr()
         before = out.read_bytes()
@@ -382,6 +386,10 @@ class TestRewardMetric:
                     "--output",
                     str(out),
                     "--json",
+                    "--execution",
+                    "inline",
+                    "--program-execution",
+                    "thread",
                 ]
             )
             == 0
@@ -414,6 +422,8 @@ class TestRewardMetric:
                     "--output",
                     str(out),
                     "--json",
+                    "--execution",
+                    "inline",
                 ]
             )
             == 0
@@ -669,6 +679,7 @@ class TestHtmlReport:
             "--artifact", str(CLASSIFY / "prompt.txt"),
             "--data", str(CLASSIFY / "data.jsonl"),
             "--execution", "inline",
+            "--program-execution", "inline",
             "--report", str(page),
         ]  # fmt: skip
         if with_output:

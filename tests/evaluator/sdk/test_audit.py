@@ -75,7 +75,9 @@ class TestUnmeasured:
         metric = write(tmp_path, "metric.py", REWARD_METRIC)
         async with (
             Simulator(SimulatorConfig()) as sim,
-            Evaluator(metric, program, program_execution=execution, timeout=60) as ev,
+            Evaluator(
+                metric, program, execution="inline", program_execution=execution, timeout=60
+            ) as ev,
         ):
             results = await ev.evaluate_many(sim.base_url, examples(3))
             report = await ev.evaluate(sim.base_url, examples(2))
@@ -97,7 +99,14 @@ class TestUnmeasured:
         metric = write(tmp_path, "metric.py", ACCEPT)
         async with (
             Simulator(SimulatorConfig()) as sim,
-            Evaluator(metric, program, program_execution="thread", workers=1, timeout=60) as ev,
+            Evaluator(
+                metric,
+                program,
+                execution="inline",
+                program_execution="thread",
+                workers=1,
+                timeout=60,
+            ) as ev,
         ):
             first = await ev.evaluate_many(sim.base_url, examples(1))
             later = await ev.evaluate_many(sim.base_url, examples(3))
@@ -120,7 +129,9 @@ class TestUnmeasured:
         )
         program = write(tmp_path, "program.py", source)
         metric = write(tmp_path, "metric.py", REWARD_METRIC)
-        async with Evaluator(metric, program, program_execution=execution, timeout=60) as ev:
+        async with Evaluator(
+            metric, program, execution="inline", program_execution=execution, timeout=60
+        ) as ev:
             results = await ev.evaluate_many(None, examples(3))
         for result in results:
             assert result.observation.cost_usd == 0.0 and result.observation.notes == ()

@@ -51,6 +51,7 @@ class TestWhichClient:
             async with Evaluator(
                 metric,
                 program,
+                execution="inline",
                 program_execution="thread",
                 workers=16,
                 models=Models(program=model),
@@ -72,7 +73,9 @@ class TestWhichClient:
         metric = write(tmp_path, "metric.py", ACCEPT)
         async with (
             Simulator(SimulatorConfig()) as sim,
-            Evaluator(metric, program, program_execution="thread", timeout=60) as ev,
+            Evaluator(
+                metric, program, execution="inline", program_execution="thread", timeout=60
+            ) as ev,
         ):
             for model, key in (("m-a", "sk-a"), ("m-b", "sk-a"), ("m-a", "sk-b"), ("m-a", "sk-a")):
                 artifact = {"url": sim.base_url, "model": model, "key": key}
@@ -101,7 +104,12 @@ class TestSimulatorServesSDKCalls:
             )
             models = Models(program=model, sdk_base_url=sim.base_url)
             async with Evaluator(
-                metric, program, program_execution="thread", models=models, timeout=60
+                metric,
+                program,
+                execution="inline",
+                program_execution="thread",
+                models=models,
+                timeout=60,
             ) as ev:
                 artifact = {"url": "https://api.openai.com/v1", "key": SECRET}
                 results = await ev.evaluate_many(artifact, examples(3))
@@ -121,7 +129,9 @@ class TestFailures:
         metric = write(tmp_path, "metric.py", ACCEPT)
         async with (
             Simulator(SimulatorConfig(api_key="sk-the-right-one")) as sim,
-            Evaluator(metric, program, program_execution="process", timeout=60) as ev,
+            Evaluator(
+                metric, program, execution="inline", program_execution="process", timeout=60
+            ) as ev,
         ):
             results = await ev.evaluate_many({"url": sim.base_url, "key": SECRET}, examples(2))
         assert [r.error.kind if r.error else None for r in results] == ["program_error"] * 2
@@ -137,7 +147,9 @@ class TestFailures:
         config = SimulatorConfig(rate_limit_rate=0.3, error_503_rate=0.2, seed=11)
         async with (
             Simulator(config) as sim,
-            Evaluator(metric, program, program_execution="thread", timeout=60) as ev,
+            Evaluator(
+                metric, program, execution="inline", program_execution="thread", timeout=60
+            ) as ev,
         ):
             results = await ev.evaluate_many({"url": sim.base_url}, examples(12))
         seen = sim.statistics()
@@ -153,7 +165,14 @@ class TestCancellation:
         program = write(tmp_path, "program.py", ONE_CALL)
         metric = write(tmp_path, "metric.py", ACCEPT)
         async with Simulator(SimulatorConfig(latency_ms=30_000)) as sim:
-            ev = Evaluator(metric, program, program_execution="thread", workers=4, timeout=60)
+            ev = Evaluator(
+                metric,
+                program,
+                execution="inline",
+                program_execution="thread",
+                workers=4,
+                timeout=60,
+            )
             async with ev:
                 task = asyncio.create_task(ev.evaluate_many({"url": sim.base_url}, examples(4)))
                 await until(lambda: sim.statistics().in_flight == 4)

@@ -26,7 +26,9 @@ class TestRoutedInEveryExecutor:
         metric = write(tmp_path, "metric.py", ACCEPT)
         async with (
             Simulator(SimulatorConfig()) as sim,
-            Evaluator(metric, program, program_execution=execution, timeout=60) as ev,
+            Evaluator(
+                metric, program, execution="inline", program_execution=execution, timeout=60
+            ) as ev,
         ):
             results = await ev.evaluate_many(sim.base_url, examples(4))
             sdk_calls = ev.statistics().models.sdk_calls
@@ -50,7 +52,7 @@ class TestRoutedInEveryExecutor:
         metric = write(tmp_path, "metric.py", ACCEPT)
         async with (
             Simulator(SimulatorConfig()) as sim,
-            Evaluator(metric, program, timeout=60) as ev,
+            Evaluator(metric, program, execution="inline", timeout=60) as ev,
         ):
             assert ev.program_execution == "async"
             results = await ev.evaluate_many(sim.base_url, examples(3))
@@ -121,7 +123,9 @@ class TestOtherSDKs:
         metric = write(tmp_path, "metric.py", ACCEPT)
         async with (
             Simulator(SimulatorConfig()) as sim,
-            Evaluator(metric, program, program_execution="thread", timeout=60) as ev,
+            Evaluator(
+                metric, program, execution="inline", program_execution="thread", timeout=60
+            ) as ev,
         ):
             results = await ev.evaluate_many(sim.base_url, examples(2))
         seen = sim.statistics()
@@ -141,7 +145,7 @@ class TestWhatIsNotRouted:
 
         async with (
             Simulator(SimulatorConfig()) as sim,
-            Evaluator(metric, timeout=10) as ev,
+            Evaluator(metric, execution="inline", timeout=10) as ev,
             openai.AsyncOpenAI(base_url=sim.base_url, api_key="sk-host") as client,
         ):
             reply = await client.chat.completions.create(
@@ -172,7 +176,7 @@ class TestWhatIsNotRouted:
         async with Simulator(SimulatorConfig()) as sim:
             # The simulator must answer while the loop is blocked: in its own thread.
             with Simulator(SimulatorConfig()).running_in_thread() as threaded:
-                async with Evaluator(metric, program, timeout=30) as ev:
+                async with Evaluator(metric, program, execution="inline", timeout=30) as ev:
                     results = await ev.evaluate_many(threaded.base_url, examples(1))
             del sim
         (result,) = results
@@ -197,7 +201,9 @@ class TestWhatIsNotRouted:
         metric = write(tmp_path, "metric.py", ACCEPT)
         async with (
             Simulator(SimulatorConfig()) as sim,
-            Evaluator(metric, program, program_execution="thread", timeout=30) as ev,
+            Evaluator(
+                metric, program, execution="inline", program_execution="thread", timeout=30
+            ) as ev,
         ):
             results = await ev.evaluate_many(sim.base_url, examples(1))
         (result,) = results
