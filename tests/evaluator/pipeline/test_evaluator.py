@@ -267,25 +267,32 @@ class TestProperty:
         path = write(tmp_path, f"m_{execution}.py", source)
         pool = ["ok", "raise", "slow", "invalid"] + (["crash"] if execution == "process" else [])
 
-        async def once(kinds: list[str]) -> None:
-            async with Evaluator(path, execution=execution, workers=2) as ev:
-                results = await ev.evaluate_many(None, examples(kinds))
-                streamed = [r async for r in ev.stream(None, examples(kinds))]
+        async def once(ev: Evaluator, kinds: list[str]) -> None:
+            results = await ev.evaluate_many(None, examples(kinds))
+            streamed = [r async for r in ev.stream(None, examples(kinds))]
             check_one_each(kinds, results)
             assert sorted(r.example_id for r in streamed) == sorted(
                 f"e{i}" for i in range(len(kinds))
             )
 
-        @settings(
-            max_examples=8 if execution == "process" else 25,
-            deadline=None,
-            suppress_health_check=[HealthCheck.function_scoped_fixture],
-        )
-        @given(st.lists(st.sampled_from(pool), max_size=30))
-        def prop(kinds: list[str]) -> None:
-            asyncio.run(once(kinds))
+        async def main() -> None:
+            # One Evaluator for every example (its pools outlive crashes and timeouts);
+            # hypothesis drives it from a thread, each example a call on its loop.
+            loop = asyncio.get_running_loop()
+            async with Evaluator(path, execution=execution, workers=2) as ev:
 
-        prop()
+                @settings(
+                    max_examples=8 if execution == "process" else 25,
+                    deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture],
+                )
+                @given(st.lists(st.sampled_from(pool), max_size=30))
+                def prop(kinds: list[str]) -> None:
+                    asyncio.run_coroutine_threadsafe(once(ev, kinds), loop).result(timeout=120)
+
+                await asyncio.to_thread(prop)
+
+        asyncio.run(main())
 
 
 class TestTimeoutsAndCleanup:
