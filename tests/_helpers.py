@@ -1,4 +1,5 @@
-"""Helpers shared by the tests: write a source file, wait for a state change.
+"""Helpers shared by the tests: write a source file, wait for a state change, the
+process case of a test parametrized by execution kind.
 
 Import them as ``from tests._helpers import until, write`` (pytest's importlib mode
 makes ``tests`` importable from every test module).
@@ -13,7 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+import pytest
+
 T = TypeVar("T")
+
+#: The "process" case of a test parametrized by execution kind: real worker processes,
+#: so out of the developer loop (``process`` implies ``slow``).
+PROCESS = pytest.param("process", marks=pytest.mark.process, id="process")
 
 
 def write(folder: Path, name: str, source: str) -> Path:

@@ -35,6 +35,7 @@ def _judge(sim: Simulator, **fields: Any) -> Models:
 
 
 class TestBackgroundEngine:
+    @pytest.mark.slow
     def test_threads_share_one_rate_budget(self, sim: Simulator) -> None:
         """48 calls from 16 threads pass one governor: no 429, no window over the limit."""
         engine = BackgroundEngine(_judge(sim))

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from evaluator._dataset import Example
 from evaluator._pipeline import Evaluator
 from evaluator._results import Result
-from tests._helpers import write
+from tests._helpers import PROCESS, write
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -189,7 +189,7 @@ class TestWhateverUserCodeRaises:
             runner.run(ev.__aexit__(None, None, None))
         assert sum(seen) >= 30
 
-    @pytest.mark.parametrize("execution", ["thread", "inline", "process"])
+    @pytest.mark.parametrize("execution", ["thread", "inline", PROCESS])
     def test_sync_code_raising_any_exception_is_that_examples_error(
         self, tmp_path: Path, runner: asyncio.Runner, execution: str
     ) -> None:
@@ -300,6 +300,7 @@ async def score(input, output, expected=None):
 """
 
 
+@pytest.mark.slow
 class TestAsyncCodeThatBlocksTheLoop:
     @pytest.mark.parametrize("how", list(BLOCKERS))
     async def test_blocking_past_the_timeout_is_a_timeout_naming_the_place(
@@ -370,6 +371,7 @@ async def score(input, output, expected=None):
 """
 
 
+@pytest.mark.slow
 class TestAsyncCodeThatSwallowsItsCancellation:
     @pytest.mark.parametrize("mode", ["late", "forever", "everything"])
     async def test_it_is_timed_out_abandoned_and_stopped_at_close(
@@ -594,8 +596,9 @@ def restored_clocks() -> Iterator[None]:
         gc.enable()
 
 
+@pytest.mark.slow
 class TestClocksUserCodePatches:
-    @pytest.mark.parametrize("execution", ["thread", "inline", "async", "process"])
+    @pytest.mark.parametrize("execution", ["thread", "inline", "async", PROCESS])
     @pytest.mark.usefixtures("restored_clocks")
     async def test_patched_clocks_change_no_measurement(
         self, tmp_path: Path, execution: str
@@ -848,7 +851,7 @@ async def ascore(input, output, expected=None):
 
 
 class TestTheRecordedObservationIsTheEngines:
-    @pytest.mark.parametrize("execution", ["thread", "inline", "async", "process"])
+    @pytest.mark.parametrize("execution", ["thread", "inline", "async", PROCESS])
     async def test_forcing_the_context_observation_changes_only_a_copy(
         self, tmp_path: Path, execution: str
     ) -> None:

@@ -33,6 +33,7 @@ from evaluator._exceptions import (
 from evaluator._fingerprint import HEADER_KEY, fingerprint_run
 from evaluator._results import ErrorInfo, Observation, Result
 from evaluator._store import ResultsWriter, open_results, read_results
+from tests._helpers import PROCESS
 
 _settings = settings(
     max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -442,7 +443,7 @@ def score(input, output, expected=None):
 
 
 class TestThroughTheEngine:
-    @pytest.mark.parametrize("execution", ["thread", "process"])
+    @pytest.mark.parametrize("execution", ["thread", PROCESS])
     async def test_odd_outputs_are_scored_written_and_resumed(
         self, tmp_path: Path, execution: str
     ) -> None:

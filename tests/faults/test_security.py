@@ -18,7 +18,7 @@ import pytest
 from evaluator._models import Models
 from evaluator._pipeline import Evaluator
 from llm_client import LLMError, ModelClient, ModelConfig, Simulator, SimulatorConfig
-from tests._helpers import write
+from tests._helpers import PROCESS, write
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-test-SECRET123"
@@ -103,7 +103,7 @@ class TestMeasurements:
             assert r.observation.duration_ms is not None
             assert 150 <= r.observation.duration_ms < 5000, r.observation
 
-    @pytest.mark.parametrize("execution", ["thread", "inline", "process"])
+    @pytest.mark.parametrize("execution", ["thread", "inline", PROCESS])
     async def test_metric_cannot_rewrite_the_observation(
         self, tmp_path: Path, execution: str
     ) -> None:
@@ -278,7 +278,7 @@ class TestApiKey:
         assert KEY not in _deep_text(caught.value)
         assert KEY not in "\n".join(r.getMessage() + repr(r.__dict__) for r in caplog.records)
 
-    @pytest.mark.parametrize("execution", ["process", "thread"])
+    @pytest.mark.parametrize("execution", [PROCESS, "thread"])
     async def test_results_of_a_401_never_hold_the_key(
         self, secret_env: str, tmp_path: Path, execution: str
     ) -> None:

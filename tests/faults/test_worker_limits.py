@@ -7,9 +7,13 @@ from collections import Counter
 from pathlib import Path
 
 import psutil
+import pytest
 
 from evaluator._pipeline import Evaluator
 from tests._helpers import write
+
+# Real worker processes are what these tests are about (the mark implies slow).
+pytestmark = pytest.mark.process
 
 LIMIT_MB = 512
 

@@ -77,6 +77,7 @@ class TestCheckCommand:
         assert code == 1 and step["name"] == "Metric runs" and step["example_id"] == "q1"
         assert "ZeroDivisionError" in step["message"] and "metric.py:2" in step["message"]
 
+    @pytest.mark.slow
     def test_hang_times_out(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """A hung metric fails Metric runs with the timeout named, without waiting for it (guard: 30 s)."""
         path = metric(tmp_path, "import time\ndef score(i, o, e=None):\n    time.sleep(1000)\n")

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from evaluator._cli import main
+from tests._helpers import PROCESS
 
 ROOT = Path(__file__).resolve().parents[3]
 CLASSIFY = ROOT / "examples" / "classify"
@@ -168,6 +169,7 @@ class TestRun:
 
 
 class TestResume:
+    @pytest.mark.process
     def test_kill_then_resume_gives_each_id_once(self, tmp_path: Path) -> None:
         """After SIGKILL mid-run, --resume completes the file: every id exactly once, and
         the lines written before the kill are kept as they were (none redone)."""
@@ -251,7 +253,7 @@ class TestResume:
 
 
 class TestJudgeMetric:
-    @pytest.mark.parametrize("execution", ["thread", "process"])
+    @pytest.mark.parametrize("execution", ["thread", PROCESS])
     def test_page_judge_on_the_simulator(self, tmp_path: Path, execution: str) -> None:
         """The page's judge runs unchanged in threads (its default) and forced into worker
         processes (calls relayed to the engine): same verdicts, one metered call each."""

@@ -20,7 +20,7 @@ from evaluator._dataset import Example
 from evaluator._exceptions import ConfigError, DatasetError
 from evaluator._loader import load_metric
 from evaluator._pipeline import Evaluator, choose_execution
-from tests._helpers import write
+from tests._helpers import PROCESS, write
 
 # User files shared by these tests, kept as real files in sources/ (see its README).
 SOURCES = Path(__file__).resolve().parents[1] / "sources"
@@ -127,7 +127,7 @@ class TestConfiguration:
 
 
 class TestEvaluateMany:
-    @pytest.mark.parametrize("execution", ["inline", "thread", "process"])
+    @pytest.mark.parametrize("execution", ["inline", "thread", PROCESS])
     async def test_one_result_per_example_in_order(self, metric: Path, execution: str) -> None:
         """Many chunks through each executor: one result per example, in input order."""
         kinds = (["ok", "raise", "slow", "invalid"] * 300)[:1000]
@@ -259,7 +259,7 @@ class TestEvaluateMany:
 
 
 class TestProperty:
-    @pytest.mark.parametrize("execution", ["inline", "thread", "async", "process"])
+    @pytest.mark.parametrize("execution", ["inline", "thread", "async", PROCESS])
     def test_every_example_yields_exactly_one_result(self, tmp_path: Path, execution: str) -> None:
         """Whatever the mix of ok, raising, slow, invalid (and, in processes, crashing)
         calls, every example yields exactly one result, with the right kind."""
@@ -296,7 +296,7 @@ class TestProperty:
 
 
 class TestTimeoutsAndCleanup:
-    @pytest.mark.parametrize("execution", ["inline", "thread", "async", "process"])
+    @pytest.mark.parametrize("execution", ["inline", "thread", "async", PROCESS])
     async def test_hung_metric_times_out_and_nothing_outlives(
         self, tmp_path: Path, execution: str
     ) -> None:
@@ -331,7 +331,7 @@ class TestTimeoutsAndCleanup:
             thread.join(5)
         assert our_threads() == []
 
-    @pytest.mark.parametrize("execution", ["inline", "process", "async"])
+    @pytest.mark.parametrize("execution", ["inline", PROCESS, "async"])
     async def test_cancel_mid_flight(self, tmp_path: Path, execution: str) -> None:
         """Cancelling evaluate_many returns promptly (< 1 s), re-raises the cancellation,
         leaves no task of ours and, once closed, no child process."""

@@ -165,6 +165,7 @@ class TestExecutorSizes:
         assert stage.describe() == f"process x{expected}: plain sync function (CPU-bound)"
 
 
+@pytest.mark.slow
 class TestModelBoundInFlight:
     async def test_judge_keeps_its_model_budget_in_flight_after_the_contract_check(
         self, sim: Simulator

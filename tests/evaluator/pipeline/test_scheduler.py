@@ -224,6 +224,7 @@ def running_pids(folder: Path) -> list[int]:
     return [int(p.name.split("-")[1]) for p in folder.glob("running-*")]
 
 
+@pytest.mark.slow
 class TestWeightsOnOneEvaluator:
     async def test_backlogged_tenants_share_results_by_weight(self, sim: Simulator) -> None:
         """Two callers that both keep the budget saturated, of weights 3 and 1, get about

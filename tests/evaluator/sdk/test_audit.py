@@ -12,7 +12,7 @@ from evaluator import Evaluator
 from evaluator._context import CallContext, call_context
 from evaluator._sdk import _audit
 from llm_client import Simulator, SimulatorConfig
-from tests._helpers import write
+from tests._helpers import PROCESS, write
 
 from .conftest import ACCEPT, examples
 
@@ -64,7 +64,7 @@ def score(input, output, expected=None):
 
 
 class TestUnmeasured:
-    @pytest.mark.parametrize("execution", ["thread", "process"])
+    @pytest.mark.parametrize("execution", ["thread", PROCESS])
     async def test_raw_http_is_unmeasured_with_the_host_named(
         self, tmp_path: Path, execution: str
     ) -> None:
@@ -119,7 +119,7 @@ class TestUnmeasured:
             assert result.observation.cost_usd is None
             assert "seen earlier in this run" in " ".join(result.observation.notes)
 
-    @pytest.mark.parametrize("execution", ["thread", "process", "inline", "async"])
+    @pytest.mark.parametrize("execution", ["thread", PROCESS, "inline", "async"])
     async def test_no_model_call_is_a_measured_zero(self, tmp_path: Path, execution: str) -> None:
         """A program that makes no model call and opens no connection costs $0, measured."""
         source = (

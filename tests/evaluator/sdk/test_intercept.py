@@ -10,13 +10,13 @@ import pytest
 
 from evaluator import Evaluator
 from llm_client import Simulator, SimulatorConfig
-from tests._helpers import write
+from tests._helpers import PROCESS, write
 
 from .conftest import ACCEPT, OPENAI_ASYNC, OPENAI_SYNC, examples
 
 
 class TestRoutedInEveryExecutor:
-    @pytest.mark.parametrize("execution", ["thread", "inline", "process"])
+    @pytest.mark.parametrize("execution", ["thread", "inline", PROCESS])
     async def test_sync_openai_client_metered(self, tmp_path: Path, execution: str) -> None:
         """A sync openai program's calls (chat, streamed chat, Responses API) are served
         through the engine: every call the simulator served is in the observations, with
@@ -100,6 +100,7 @@ class TestRoutedInEveryExecutor:
 
 
 class TestOtherSDKs:
+    @pytest.mark.slow
     async def test_litellm_and_dspy_lm(self, tmp_path: Path) -> None:
         """litellm.completion, litellm.acompletion (through asyncio.run in the thread) and
         dspy.LM are routed and metered like the openai client."""

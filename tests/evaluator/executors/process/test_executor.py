@@ -25,6 +25,9 @@ from evaluator._loader import UserFunction, load_function
 from llm_client import LLMError
 from tests._helpers import write
 
+# Real worker processes are what these tests are about (the mark implies slow).
+pytestmark = pytest.mark.process
+
 # One metric file that behaves by the example's input: each mode exercises one way a
 # user function can fail. At import it records its pid, to count imports per process.
 CHAOS = """

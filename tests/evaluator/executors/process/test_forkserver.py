@@ -21,7 +21,11 @@ from evaluator._executors._process._forkserver import fork_supported
 from evaluator._loader import UserFunction, load_function
 from tests._helpers import until
 
-pytestmark = pytest.mark.skipif(not fork_supported(), reason="the fork server is Linux only")
+# Real worker processes are what these tests are about (the mark implies slow).
+pytestmark = [
+    pytest.mark.process,
+    pytest.mark.skipif(not fork_supported(), reason="the fork server is Linux only"),
+]
 
 # Records each process that imports it; ``thread`` makes the import start a thread,
 # ``keep`` makes it keep a file open.

@@ -17,6 +17,9 @@ from evaluator._loader import UserFunction, load_function
 from llm_client import ModelClient, ModelConfig, Simulator, SimulatorConfig
 from tests._helpers import until
 
+# Real worker processes are what these tests are about (the mark implies slow).
+pytestmark = pytest.mark.process
+
 # The metric asks the model once, and returns with its feedback a value that SIGKILLs its
 # worker the first time it is pickled: the worker dies after the call has finished, while
 # sending its outcome back, so the call runs again in another worker (deterministically:

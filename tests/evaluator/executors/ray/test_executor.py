@@ -30,7 +30,8 @@ from tests._helpers import until
 
 from .conftest import node_args
 
-pytestmark = pytest.mark.usefixtures("ray_cluster")
+# A real Ray instance or cluster (the mark implies slow).
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 
 # Behaves by the example's input, like the process executor's chaos metric; each call
 # appends its worker's pid to a file beside it, so the tests can check those processes.
