@@ -12,7 +12,7 @@ import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -60,3 +60,32 @@ def until_sync(predicate: Callable[[], T], what: str = "the condition", timeout:
             raise AssertionError(f"timed out after {timeout} s waiting until {what}")
         time.sleep(0.005)
     return value
+
+
+class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    """An event loop on a fake clock: whenever nothing is ready, its clock jumps to the
+    next timer instead of sleeping. Timing logic (a governor's pacing, a pause) runs in
+    no real time, and exactly: pass ``clock=loop.time`` to what takes a clock.
+
+    Only for tests without real I/O to wait on: a socket's reply would be overtaken by
+    the jump. ``asyncio.Runner(loop_factory=VirtualTimeLoop)`` runs one.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._now = 0.0
+        poll = self._selector.select
+
+        def select(timeout: float | None = None) -> Any:
+            ready = poll(0)
+            if ready or timeout == 0:
+                return ready
+            if timeout is None:  # no timer: only I/O (a call_soon_threadsafe) can wake us
+                return poll(None)
+            self._now += timeout
+            return []
+
+        self._selector.select = select  # type: ignore[method-assign]
+
+    def time(self) -> float:
+        return self._now

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import itertools
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import msgspec
 import pytest
@@ -22,9 +24,11 @@ from llm_client import (
 )
 from llm_client._governor import _Bucket, governor_for
 from llm_client._wire import estimate_tokens
-from tests._helpers import until
+from tests._helpers import VirtualTimeLoop, until
 
 from .conftest import config, user
+
+_T = TypeVar("_T")
 
 
 def _peak(times: list[float], window: float) -> int:
@@ -255,6 +259,95 @@ class TestRateGovernor:
         governor.release(permit, None)
         assert governor._tokens.level == pytest.approx(0.0)
         assert governor.statistics().tokens_reserved == 0
+
+
+def _on_a_fake_clock(main: Callable[[asyncio.AbstractEventLoop], Awaitable[_T]]) -> _T:
+    """``main(loop)`` on a loop whose clock jumps to its next timer (no real waiting)."""
+
+    async def run() -> _T:
+        return await main(asyncio.get_running_loop())
+
+    with asyncio.Runner(loop_factory=VirtualTimeLoop) as runner:
+        return runner.run(run())
+
+
+class TestOnAFakeClock:
+    """The governor's pacing on the loop's fake clock (``clock=loop.time``): exact, and in
+    no real time. The HTTP tests above check the same bounds at a real server."""
+
+    def test_request_rate_never_exceeded_in_any_window(self) -> None:
+        """120 callers at 3000 RPM: at most the burst of 2 plus rpm*W/60 in any window W,
+        and the budget used (the last admitted (120 - 2) / 50 s after the first)."""
+        rpm = 3000.0
+
+        async def main(loop: asyncio.AbstractEventLoop) -> list[float]:
+            governor = RateGovernor(rpm=rpm, clock=loop.time)
+            admitted: list[float] = []
+
+            async def one() -> None:
+                permit = await governor.acquire(1)
+                admitted.append(loop.time())
+                governor.release(permit, 1)
+
+            await asyncio.gather(*(one() for _ in range(120)))
+            return admitted
+
+        times = _on_a_fake_clock(main)
+        for window in (0.1, 0.25, 0.5, 1.0, 2.0):
+            assert _peak(times, window) <= rpm * window / 60 + 2, window
+        assert times[-1] - times[0] == pytest.approx((120 - 2) / 50, rel=0.01)
+
+    def test_token_rate_never_exceeded_in_any_window(self) -> None:
+        """Reservations of mixed sizes at 120,000 TPM: within tpm*W/60 plus the largest
+        one in any window, admitted in arrival order, and the budget used."""
+        tpm = 120_000.0  # 2,000 tokens a second
+        sizes = [50, 410, 130, 810, 50, 310] * 2
+
+        async def main(loop: asyncio.AbstractEventLoop) -> list[tuple[float, int]]:
+            governor = RateGovernor(tpm=tpm, clock=loop.time)
+            seen: list[tuple[float, int]] = []
+
+            async def one(tokens: int) -> None:
+                permit = await governor.acquire(tokens)
+                seen.append((loop.time(), tokens))
+                governor.release(permit, tokens)
+
+            await asyncio.gather(*(one(n) for n in sizes))
+            return seen
+
+        seen = _on_a_fake_clock(main)
+        assert [n for _, n in seen] == sizes
+        for window in (0.25, 0.5, 1.0, 2.0):
+            assert _peak_weighted(seen, window) <= tpm * window / 60 + max(sizes), window
+        span = seen[-1][0] - seen[0][0]
+        assert span == pytest.approx((sum(sizes) - sizes[-1]) / 2000, rel=0.01)
+
+    def test_a_429_pauses_every_caller(self) -> None:
+        """After a 429 with a 30 s pause, no caller is admitted before the pause ends; the
+        queued callers then go one at a time at the configured pace."""
+        pause_s = 30.0
+
+        async def main(loop: asyncio.AbstractEventLoop) -> tuple[float, list[float]]:
+            governor = RateGovernor(rpm=600.0, clock=loop.time)  # 10 a second
+            first = await governor.acquire(1)
+            governor.note_rate_limited(pause_s, epoch=first.epoch)
+            paused_at = loop.time()
+            governor.release(first, None)
+            admitted: list[float] = []
+
+            async def one() -> None:
+                permit = await governor.acquire(1)
+                admitted.append(loop.time())
+                governor.release(permit, 1)
+
+            await asyncio.gather(*(one() for _ in range(4)))
+            return paused_at, admitted
+
+        paused_at, admitted = _on_a_fake_clock(main)
+        assert min(admitted) >= paused_at + pause_s
+        assert admitted == sorted(admitted)
+        gaps = [b - a for a, b in itertools.pairwise(admitted)]
+        assert all(gap == pytest.approx(0.1, abs=1e-3) for gap in gaps[1:]), gaps
 
 
 def _limited(limit: int, remaining: int) -> HTTPResponse:
