@@ -32,7 +32,7 @@ def write(folder: Path, name: str, source: str) -> Path:
 
 
 async def until(
-    predicate: Callable[[], T],
+    predicate: Callable[[], T | None],
     what: str | Callable[[], str] = "the condition",
     timeout: float = 20.0,
 ) -> T:
@@ -74,7 +74,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     def __init__(self) -> None:
         super().__init__()
         self._now = 0.0
-        poll = self._selector.select
+        poll = self._selector.select  # type: ignore[attr-defined]
 
         def select(timeout: float | None = None) -> Any:
             ready = poll(0)
@@ -85,7 +85,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
             self._now += timeout
             return []
 
-        self._selector.select = select  # type: ignore[method-assign]
+        self._selector.select = select  # type: ignore[attr-defined]
 
     def time(self) -> float:
         return self._now
