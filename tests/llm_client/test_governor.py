@@ -6,8 +6,8 @@ import asyncio
 import bisect
 import itertools
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 import pytest
@@ -27,8 +27,6 @@ from llm_client._wire import estimate_tokens
 from tests._helpers import VirtualTimeLoop, until
 
 from .conftest import config, user
-
-_T = TypeVar("_T")
 
 
 def _peak(times: list[float], window: float) -> int:
@@ -261,14 +259,36 @@ class TestRateGovernor:
         assert governor.statistics().tokens_reserved == 0
 
 
-def _on_a_fake_clock(main: Callable[[asyncio.AbstractEventLoop], Awaitable[_T]]) -> _T:
-    """``main(loop)`` on a loop whose clock jumps to its next timer (no real waiting)."""
+def _on_a_fake_clock(
+    make: Callable[[Callable[[], float]], RateGovernor], sizes: list[int]
+) -> tuple[RateGovernor, list[tuple[float, int]]]:
+    """Callers of ``sizes`` tokens, in that order, through the governor ``make(clock)``
+    builds, on a loop whose clock jumps to its next timer (no real waiting): when each
+    was admitted, and its size (each settles at once, using what it reserved)."""
 
-    async def run() -> _T:
-        return await main(asyncio.get_running_loop())
+    async def run() -> tuple[RateGovernor, list[tuple[float, int]]]:
+        loop = asyncio.get_running_loop()
+        governor = make(loop.time)
+        admitted: list[tuple[float, int]] = []
+
+        async def one(tokens: int) -> None:
+            permit = await governor.acquire(tokens)
+            admitted.append((loop.time(), tokens))
+            governor.release(permit, tokens)
+
+        await asyncio.gather(*(one(n) for n in sizes))
+        return governor, admitted
 
     with asyncio.Runner(loop_factory=VirtualTimeLoop) as runner:
         return runner.run(run())
+
+
+def _paused(clock: Callable[[], float], pause_s: float) -> RateGovernor:
+    """A governor of 600 RPM (10 a second) whose first request met a 429 at ``clock()``
+    with a pause of ``pause_s``."""
+    governor = RateGovernor(rpm=600.0, clock=clock)
+    governor.note_rate_limited(pause_s)
+    return governor
 
 
 class TestOnAFakeClock:
@@ -279,20 +299,8 @@ class TestOnAFakeClock:
         """120 callers at 3000 RPM: at most the burst of 2 plus rpm*W/60 in any window W,
         and the budget used (the last admitted (120 - 2) / 50 s after the first)."""
         rpm = 3000.0
-
-        async def main(loop: asyncio.AbstractEventLoop) -> list[float]:
-            governor = RateGovernor(rpm=rpm, clock=loop.time)
-            admitted: list[float] = []
-
-            async def one() -> None:
-                permit = await governor.acquire(1)
-                admitted.append(loop.time())
-                governor.release(permit, 1)
-
-            await asyncio.gather(*(one() for _ in range(120)))
-            return admitted
-
-        times = _on_a_fake_clock(main)
+        _, admitted = _on_a_fake_clock(lambda clock: RateGovernor(rpm=rpm, clock=clock), [1] * 120)
+        times = [t for t, _ in admitted]
         for window in (0.1, 0.25, 0.5, 1.0, 2.0):
             assert _peak(times, window) <= rpm * window / 60 + 2, window
         assert times[-1] - times[0] == pytest.approx((120 - 2) / 50, rel=0.01)
@@ -302,20 +310,7 @@ class TestOnAFakeClock:
         one in any window, admitted in arrival order, and the budget used."""
         tpm = 120_000.0  # 2,000 tokens a second
         sizes = [50, 410, 130, 810, 50, 310] * 2
-
-        async def main(loop: asyncio.AbstractEventLoop) -> list[tuple[float, int]]:
-            governor = RateGovernor(tpm=tpm, clock=loop.time)
-            seen: list[tuple[float, int]] = []
-
-            async def one(tokens: int) -> None:
-                permit = await governor.acquire(tokens)
-                seen.append((loop.time(), tokens))
-                governor.release(permit, tokens)
-
-            await asyncio.gather(*(one(n) for n in sizes))
-            return seen
-
-        seen = _on_a_fake_clock(main)
+        _, seen = _on_a_fake_clock(lambda clock: RateGovernor(tpm=tpm, clock=clock), sizes)
         assert [n for _, n in seen] == sizes
         for window in (0.25, 0.5, 1.0, 2.0):
             assert _peak_weighted(seen, window) <= tpm * window / 60 + max(sizes), window
@@ -323,31 +318,13 @@ class TestOnAFakeClock:
         assert span == pytest.approx((sum(sizes) - sizes[-1]) / 2000, rel=0.01)
 
     def test_a_429_pauses_every_caller(self) -> None:
-        """After a 429 with a 30 s pause, no caller is admitted before the pause ends; the
-        queued callers then go one at a time at the configured pace."""
-        pause_s = 30.0
-
-        async def main(loop: asyncio.AbstractEventLoop) -> tuple[float, list[float]]:
-            governor = RateGovernor(rpm=600.0, clock=loop.time)  # 10 a second
-            first = await governor.acquire(1)
-            governor.note_rate_limited(pause_s, epoch=first.epoch)
-            paused_at = loop.time()
-            governor.release(first, None)
-            admitted: list[float] = []
-
-            async def one() -> None:
-                permit = await governor.acquire(1)
-                admitted.append(loop.time())
-                governor.release(permit, 1)
-
-            await asyncio.gather(*(one() for _ in range(4)))
-            return paused_at, admitted
-
-        paused_at, admitted = _on_a_fake_clock(main)
-        assert min(admitted) >= paused_at + pause_s
-        assert admitted == sorted(admitted)
-        gaps = [b - a for a, b in itertools.pairwise(admitted)]
-        assert all(gap == pytest.approx(0.1, abs=1e-3) for gap in gaps[1:]), gaps
+        """After a 429 with a 30 s pause (at time 0), no caller is admitted before the
+        pause ends; the queued callers then go one at a time at the configured pace."""
+        governor, admitted = _on_a_fake_clock(lambda clock: _paused(clock, 30.0), [1] * 4)
+        times = [t for t, _ in admitted]
+        assert min(times) >= 30.0 and governor.statistics().pauses == 1
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        assert all(gap == pytest.approx(0.1, abs=1e-3) for gap in gaps), gaps
 
 
 def _limited(limit: int, remaining: int) -> HTTPResponse:
