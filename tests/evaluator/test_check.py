@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 from evaluator._check import check_contract
+from tests._helpers import write
 
 ROOT = Path(__file__).resolve().parents[2]
 METRICS = ROOT / "examples" / "metrics"
 LABELS = METRICS / "labels.jsonl"
-
-
-def metric(tmp_path: Path, source: str, name: str = "metric.py") -> Path:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(source))
-    return path
 
 
 class TestCheckContract:
@@ -47,8 +41,9 @@ class TestCheckContract:
 
     async def test_bad_reward_spec(self, tmp_path: Path) -> None:
         """A bad REWARD_SPEC fails before any example runs, naming the key path."""
-        path = metric(
+        path = write(
             tmp_path,
+            "metric.py",
             """
             from skynet import reward
             REWARD_SPEC = {"weights": {"accuracy": 1, "speed": 0, "cost": 0}, "accuracy": {},
@@ -66,8 +61,9 @@ class TestCheckContract:
     async def test_only_first_three(self, tmp_path: Path) -> None:
         """The check runs the metric on the first three examples only."""
         seen = tmp_path / "seen.txt"
-        path = metric(
+        path = write(
             tmp_path,
+            "metric.py",
             f"""
             EXECUTION = "inline"
             def score(i, o, e=None):
