@@ -409,6 +409,7 @@ class TestOpenWithAJudge:
 
 
 class TestGepaOptimize:
+    @pytest.mark.process
     def test_sync_host_score_goes_up(self, files: dict[str, Any]) -> None:
         """gepa.optimize from plain sync code raises the score; expected never reaches GEPA."""
         prompts: list[str] = []

@@ -201,6 +201,7 @@ class TestTails:
         else:  # nothing else changed, or only that unterminated part was cut
             assert added in (tail, tail[: len(tail) - len(last)])
 
+    @pytest.mark.slow  # every byte of a line: hundreds of files
     def test_killed_mid_line_then_resume_then_append(self, tmp_path: Path) -> None:
         """A result cut at every possible byte: the resume cuts it and appending goes on."""
         for cut in range(1, len(_result_line) - 1):
@@ -276,6 +277,7 @@ def _contend(path: str, barrier: Any, outcome: Any) -> None:
 
 
 class TestTwoWriters:
+    @pytest.mark.process
     def test_exactly_one_of_several_processes_writes(self, tmp_path: Path) -> None:
         """Processes opening one file at once: one writes, the others are refused, and the
         file holds exactly one result (no id written twice)."""
@@ -489,6 +491,7 @@ class TestThroughTheEngine:
             results = await ev.evaluate_many(None, rows)
         assert [r.error for r in results] == [None] * 3
 
+    @pytest.mark.process
     async def test_program_class_output_reaches_a_process_metric(self, tmp_path: Path) -> None:
         """An output whose class lives in program.py is that example's clear error (or is
         scored), never a worker crash of it and its batch neighbours."""

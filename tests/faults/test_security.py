@@ -82,7 +82,12 @@ def run(artifact, input):
 class TestMeasurements:
     @pytest.mark.parametrize(
         ("execution", "forever"),
-        [("thread", False), ("inline", False), ("process", False), ("process", True)],
+        [
+            ("thread", False),
+            ("inline", False),
+            pytest.param("process", False, marks=pytest.mark.process),
+            pytest.param("process", True, marks=pytest.mark.process),
+        ],
     )
     async def test_patched_clocks_do_not_change_duration(
         self, tmp_path: Path, execution: str, forever: bool

@@ -72,6 +72,7 @@ class TestGepaAdapter:
             assert calls == 6 and stats is None
 
 
+@pytest.mark.slow
 class TestShippedExample:
     def test_same_score_fewer_examples_executed(self, capsys: pytest.CaptureFixture[str]) -> None:
         """examples/gepa/optimize.py with its cache (the default) reaches the score it

@@ -285,6 +285,7 @@ class TestJudgeMetric:
         assert {r["score"] for r in rows} == {0.0, 1.0}
         assert all(r["feedback"].startswith(("PASS", "FAIL")) for r in rows)
 
+    @pytest.mark.process
     def test_thread_and_process_agree(self, tmp_path: Path) -> None:
         """Deterministic replies: the same verdicts whichever executor runs the judge."""
         got = {}

@@ -147,6 +147,7 @@ class TestExecutorSizes:
         assert (budget.rpm, budget.tpm, budget.source) == (6000, 2_000_000, "configured")
         assert budget.describe() == "64 in flight, 6000 rpm, 2e+06 tpm (configured)"
 
+    @pytest.mark.process
     @pytest.mark.parametrize("workers", [3, None])
     async def test_process_stage_parallelism_is_its_real_worker_count(
         self, tmp_path: Path, workers: int | None

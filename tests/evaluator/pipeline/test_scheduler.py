@@ -254,6 +254,7 @@ class TestWeightsOnOneEvaluator:
 
 
 class TestCancellingOneCaller:
+    @pytest.mark.process
     async def test_cancelled_callers_process_calls_are_killed(self, tmp_path: Path) -> None:
         """A cancelled caller's running process calls are killed with their workers
         (counted, not as timeouts), so another caller's calls, queued behind them, run

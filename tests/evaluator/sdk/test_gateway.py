@@ -119,6 +119,7 @@ class TestSimulatorServesSDKCalls:
 
 
 class TestFailures:
+    @pytest.mark.process
     async def test_a_401_is_the_programs_error_without_the_key(
         self, tmp_path: Path, caplog: pytest.LogCaptureFixture
     ) -> None:
