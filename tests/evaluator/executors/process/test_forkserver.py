@@ -19,8 +19,13 @@ from evaluator._calls import Outcome, ScoreCall
 from evaluator._executors._process._executor import ProcessExecutor, ProcessExecutorStatistics
 from evaluator._executors._process._forkserver import fork_supported
 from evaluator._loader import UserFunction, load_function
+from tests._helpers import until
 
-pytestmark = pytest.mark.skipif(not fork_supported(), reason="the fork server is Linux only")
+# Real worker processes are what these tests are about (the mark implies slow).
+pytestmark = [
+    pytest.mark.process,
+    pytest.mark.skipif(not fork_supported(), reason="the fork server is Linux only"),
+]
 
 # Records each process that imports it; ``thread`` makes the import start a thread,
 # ``keep`` makes it keep a file open.
@@ -63,13 +68,11 @@ def _kinds(outcomes: list[Outcome]) -> list[str]:
 async def _until(
     ex: ProcessExecutor, ready: Callable[[ProcessExecutorStatistics], bool]
 ) -> ProcessExecutorStatistics:
-    """Poll the statistics (at most 20 s) until ``ready``."""
-    for _ in range(2000):
-        stats = ex.statistics()
-        if ready(stats):
-            return stats
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"not reached in 20 s: {ex.statistics()}")
+    """The statistics, once ``ready`` holds of them."""
+    return await until(
+        lambda: stats if ready(stats := ex.statistics()) else None,
+        lambda: f"ready: {ex.statistics()}",
+    )
 
 
 def _server_ready(stats: ProcessExecutorStatistics) -> bool:
