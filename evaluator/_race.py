@@ -7,8 +7,8 @@ when the survivors are tied under the ``ties`` rule, when the examples run out, 
 ``max_evaluations`` is spent. The method and its guarantee are written down in
 docs/architecture/race.md.
 
-The statistics are pure functions of numpy arrays (:func:`bernstein_radius`,
-:func:`betting_log_wealth`, :func:`pair_delta`, :func:`decide`); :func:`run_race` is the
+The statistics are pure functions of numpy arrays (:func:`betting_log_wealth`,
+:func:`mean_interval`, :func:`pair_delta`, :func:`decide`); :func:`run_race` is the
 loop, which evaluates through a callable (``Evaluator.evaluate_many``, so the cache and
 the rate budget apply to a race as to any run).
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import anyio
@@ -25,7 +26,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from ._exceptions import ConfigError
+from ._exceptions import ConfigError, ResultsFileError
 from ._results import Result
 
 __all__ = [
@@ -34,13 +35,16 @@ __all__ = [
     "RaceRound",
     "RaceSpend",
     "Ties",
-    "bernstein_radius",
     "betting_log_wealth",
     "decide",
+    "is_race_file",
+    "mean_interval",
     "pair_delta",
     "parse_ties",
+    "read_race_file",
     "round_ends",
     "run_race",
+    "write_race_file",
 ]
 
 Matrix = npt.NDArray[np.float64]
@@ -88,20 +92,6 @@ def parse_ties(value: str | Ties, option: str = "ties") -> Ties:
 # -- statistics ----------------------------------------------------------------------
 
 
-def bernstein_radius(
-    variance: npt.ArrayLike, n: int, width: float, delta: float
-) -> npt.NDArray[np.float64]:
-    """The empirical Bernstein deviation (Maurer and Pontil 2009, Theorem 4) of a mean
-    of ``n`` i.i.d. values in an interval of ``width``, with sample variance
-    ``variance`` (the n-1 form): with probability at least 1 - ``delta``,
-    ``true mean <= sample mean + radius`` (and the same the other way, separately)."""
-    v = np.maximum(np.asarray(variance, dtype=np.float64), 0.0)
-    if n < 2:
-        return np.full_like(v, math.inf)
-    log = math.log(2.0 / delta)
-    return np.sqrt(2.0 * v * log / n) + 7.0 * width * log / (3.0 * (n - 1))
-
-
 def betting_log_wealth(z: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """The log-wealth, after each value, of a bettor against "the mean of ``z`` is at
     most 0" (values in [-1, 1], along the last axis). Each bet is ``1 + lam_t z_t`` with
@@ -118,6 +108,31 @@ def betting_log_wealth(z: npt.ArrayLike) -> npt.NDArray[np.float64]:
     count = np.arange(n, dtype=np.float64) + 1.0
     lam = np.clip((s1 / count) / ((1.0 + s2) / count), 0.0, 0.5)
     return np.cumsum(np.log1p(lam * v), axis=-1)
+
+
+def mean_interval(
+    values: npt.ArrayLike, low: float, high: float, delta: float, grid: int = 401
+) -> tuple[float, float]:
+    """An interval that holds the mean of i.i.d. ``values`` in [``low``, ``high``] with
+    probability at least 1 - ``delta``, at whatever moment it is read (a confidence
+    sequence: Waudby-Smith and Ramdas 2023, by betting). A mean ``m`` on a grid of the
+    range is left out when a bettor against "the mean is at most m", or one against "at
+    least m", has ever reached ``2/delta`` on the values so far."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        return low, high
+    m = np.linspace(low, high, grid)[:, None]
+    scale = np.maximum(np.maximum(high - m, m - low), 1e-12)
+    threshold = math.log(2.0 / delta)
+    above = betting_log_wealth((x[None, :] - m) / scale).max(axis=-1) >= threshold
+    below = betting_log_wealth((m - x[None, :]) / scale).max(axis=-1) >= threshold
+    kept = m[~(above | below), 0]
+    if kept.size == 0:  # only between two grid points: the closest pair around the mean
+        centre = float(x.mean())
+        step = (high - low) / (grid - 1)
+        return max(low, centre - step), min(high, centre + step)
+    step = (high - low) / (grid - 1)
+    return max(low, float(kept.min()) - step), min(high, float(kept.max()) + step)
 
 
 def pair_delta(delta: float, candidates: int, *, epsilon: bool) -> tuple[float, float]:
@@ -528,7 +543,6 @@ def _result(
     dropped_round, reasons, rounds = state.dropped_round, state.reasons, state.rounds
     tallies, score_range = state.tallies, state.score_range
     k = len(names)
-    width = score_range[1] - score_range[0]
     means = [float(np.mean(c)) if c else None for c in columns]
     # Survivors first (by mean), then the dropped, the last dropped first.
     ranking = sorted(
@@ -545,18 +559,8 @@ def _result(
         low = high = None
         m = means[i]
         if n and m is not None:
-            # Two-sided, at the confidence shared over the candidates and the rounds.
-            last = dropped_round.get(i, len(rounds))
-            bound = float(
-                bernstein_radius(
-                    np.var(columns[i], ddof=1) if n > 1 else 0.0,
-                    n,
-                    width,
-                    (1.0 - confidence) / (2 * k * last * (last + 1)),
-                )
-            )
-            low = max(score_range[0], m - bound)
-            high = min(score_range[1], m + bound)
+            # Both ends, every candidate: 1 - confidence split over K intervals.
+            low, high = mean_interval(columns[i], *score_range, (1.0 - confidence) / k)
         candidates.append(
             RaceCandidate(
                 index=i,
@@ -596,3 +600,53 @@ def _result(
 
 def _or(value: float | None, default: float) -> float:
     return default if value is None else value
+
+
+# -- the race file -------------------------------------------------------------------
+
+#: The key of a race file's one JSON object (its value: the format's version).
+RACE_KEY = "skynet_eval_race"
+
+
+class _RaceFile(msgspec.Struct, frozen=True):
+    skynet_eval_race: int
+    race: RaceResult
+
+
+def write_race_file(race: RaceResult, path: str | Path, option: str = "output") -> Path:
+    """Write ``race`` as one JSON object (``skynet-eval race --output``), whole or not at
+    all: to a temporary name beside ``path``, then renamed there."""
+    from ._report_html._build import write_file
+
+    target = Path(path)
+    write_file(msgspec.json.encode(_RaceFile(1, race)).decode() + "\n", target, option=option)
+    return target
+
+
+def is_race_file(path: str | Path) -> bool:
+    """Whether ``path`` starts like a race file (one JSON object keyed ``RACE_KEY``)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+    except OSError:
+        return False
+    return head.lstrip().startswith(b'{"' + RACE_KEY.encode() + b'"')
+
+
+def read_race_file(path: str | Path) -> RaceResult:
+    """The race a race file holds; a broken one is a ResultsFileError naming the file."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ResultsFileError(
+            path, None, f"cannot be read ({exc.strerror})", "check the path"
+        ) from None
+    try:
+        return msgspec.json.decode(data, type=_RaceFile).race
+    except msgspec.DecodeError as exc:
+        raise ResultsFileError(
+            path,
+            None,
+            f"is not a whole race file ({exc})",
+            "write it again with `skynet-eval race --output FILE`",
+        ) from None

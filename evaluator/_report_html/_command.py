@@ -91,6 +91,10 @@ def report_command(
         raise ConfigError(f"--data {data}: no such file (the dataset the run used)")
     target = None if no_html else Path(html) if html else default_html_path(results)
     _check(results, baseline, target, tolerance)
+    from .._race import is_race_file
+
+    if is_race_file(results):
+        return _race_report(results, target, title=title, json=json, console=console)
     current = load_results_file(results)
     base = load_results_file(baseline) if baseline is not None else None
     built = build_report(
@@ -133,3 +137,28 @@ def report_command(
     for reason in reasons:
         print(f"skynet-eval report: regression: {reason}", file=sys.stderr)
     return 1 if reasons else 0
+
+
+def _race_report(
+    results: str, target: Path | None, *, title: str | None, json: bool, console: Any
+) -> int:
+    """``skynet-eval report RACE.json``: a race file (``skynet-eval race --output``) as
+    its own page, the candidates-by-examples matrix, and the same table in the terminal."""
+    from .._race import read_race_file
+    from ._race import print_race, write_race_page
+
+    race = read_race_file(results)
+    if target is not None:
+        write_race_page(race, target, title=title)
+    if json:
+        payload = {"race": race, "html": str(target) if target is not None else None}
+        sys.stdout.write(msgspec.json.encode(payload).decode() + "\n")
+        return 0
+    if console is None:
+        from rich.console import Console
+
+        console = Console(highlight=False)
+    print_race(race, console)
+    if target is not None:
+        console.print(f"report: {target}", markup=False, soft_wrap=True)
+    return 0

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from evaluator import ConfigError, Evaluator, Result
 from evaluator._race import (
     Ties,
-    bernstein_radius,
     betting_log_wealth,
     decide,
+    mean_interval,
     pair_delta,
     parse_ties,
     round_ends,
@@ -60,7 +60,7 @@ def bernoulli_evaluate(rates: list[float], n: int, seed: int) -> Any:
     return evaluate
 
 
-class TestBernsteinRadius:
+class TestMeanInterval:
     @settings(max_examples=25, deadline=None)
     @given(
         a=st.floats(0.2, 5.0),
@@ -69,20 +69,30 @@ class TestBernsteinRadius:
         delta=st.sampled_from([0.05, 0.1, 0.2]),
         seed=st.integers(0, 2**32 - 1),
     )
-    def test_the_bound_covers_the_mean_on_bounded_data(
+    def test_the_interval_covers_the_mean_on_bounded_data(
         self, a: float, b: float, n: int, delta: float, seed: int
     ) -> None:
-        """On Beta(a, b) data in [0, 1], the one-sided bound mean + radius holds at least
-        1 - delta of the time (3 standard errors of slack for the 400 draws)."""
+        """On Beta(a, b) data in [0, 1], the interval holds the true mean at least
+        1 - delta of the time (3 standard errors of slack for the 200 draws)."""
         rng = np.random.default_rng(seed)
-        draws = rng.beta(a, b, size=(400, n))
-        radius = bernstein_radius(draws.var(axis=1, ddof=1), n, 1.0, delta)
-        covered = np.mean(draws.mean(axis=1) + radius >= a / (a + b))
-        assert covered >= 1 - delta - 3 * math.sqrt(delta * (1 - delta) / 400)
+        truth = a / (a + b)
+        hits = 0
+        for draw in rng.beta(a, b, size=(200, n)):
+            low, high = mean_interval(draw, 0.0, 1.0, delta, grid=101)
+            hits += low <= truth <= high
+        assert hits / 200 >= 1 - delta - 3 * math.sqrt(delta * (1 - delta) / 200)
 
-    def test_one_value_has_no_bound(self) -> None:
-        """With one value the radius is infinite: nothing is claimed."""
-        assert math.isinf(float(bernstein_radius(0.0, 1, 1.0, 0.05)))
+    def test_it_narrows_with_more_examples(self) -> None:
+        """1,000 values of a coin give a tighter interval than 50, around the mean."""
+        rng = np.random.default_rng(0)
+        x = (rng.random(1000) < 0.7).astype(float)
+        wide, narrow = mean_interval(x[:50], 0, 1, 0.05), mean_interval(x, 0, 1, 0.05)
+        assert narrow[1] - narrow[0] < (wide[1] - wide[0]) / 2
+        assert narrow[0] < 0.7 < narrow[1]
+
+    def test_no_values_claim_nothing(self) -> None:
+        """No values: the whole range."""
+        assert mean_interval([], 0.0, 1.0, 0.05) == (0.0, 1.0)
 
 
 class TestBettingLogWealth:
