@@ -230,6 +230,8 @@ class RaceCandidate(msgspec.Struct, frozen=True, kw_only=True):
     low: float | None
     high: float | None
     examples: int
+    errors: int
+    """Of its results, those with an error (scored at the failure score)."""
     dropped_round: int | None
     dropped_reason: str | None
     spend: RaceSpend
@@ -287,10 +289,12 @@ class _Tally:
         self.model_calls = 0
         self.cost: float | None = 0.0
         self.seen = 0
+        self.errors = 0
 
     def add(self, results: Sequence[Result]) -> None:
         self.seen += len(results)
         for r in results:
+            self.errors += r.error is not None
             if r.cached:
                 self.cached += 1
                 continue
@@ -570,6 +574,7 @@ def _result(
                 low=low,
                 high=high,
                 examples=n,
+                errors=tallies[i].errors,
                 dropped_round=dropped_round.get(i),
                 dropped_reason=reasons.get(i),
                 spend=tallies[i].spend(total),

@@ -107,13 +107,14 @@ def _matrix(race: RaceResult) -> str:
             f'<th class="name" title="{escape(c.dropped_reason or status)}">'
             f"{escape(c.label)}</th>"
             f'<td class="num">{score_(c.mean)}</td><td class="num">{interval}</td>'
-            f'<td class="num">{n_(c.examples)}</td>'
+            f'<td class="num">{n_(c.examples)}</td><td class="num">{n_(c.errors)}</td>'
             f'<td class="status">{escape(status)}</td>' + "".join(cells) + "</tr>"
         )
     return (
         '<section id="race-matrix"><h2>Candidates × examples</h2>'
         '<div class="race-scroll"><table class="race">'
         "<thead><tr><th>candidate</th><th>mean</th><th>interval</th><th>examples</th>"
+        "<th>errors</th>"
         f'<th>verdict</th><th colspan="{len(race.example_ids)}">examples, in the order '
         "the race took them (a line at each round's start)</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table></div>"
@@ -191,6 +192,12 @@ def print_race(race: RaceResult, out: Any) -> None:
         c = race.candidates[i]
         if c.dropped_reason is not None:
             out.print(f"dropped {c.label}: {c.dropped_reason}", markup=False)
+    errors = sum(c.errors for c in race.candidates)
+    if errors:
+        out.print(
+            f"[yellow]warning[/yellow]: {errors:,} results were errors, each scored at the "
+            "failure score (see them with `skynet-eval run` on the candidate)"
+        )
     names = plain(", ".join(race.candidates[i].label for i in race.winners))
     verdict = {
         "winner": f"[green]winner[/green]: {names}",
