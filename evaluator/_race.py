@@ -169,6 +169,9 @@ class Decision(msgspec.Struct, frozen=True):
     dropped: list[int]
     beaten_by: dict[int, int]
     tied_within: bool
+    p_values: dict[int, float] = {}
+    """For each dropped ``i``: the anytime-valid p-value of "i is at least as good as
+    ``beaten_by[i]``", 1 / the bettor's highest wealth."""
 
 
 def decide(scores: Matrix, width: float, delta: tuple[float, float], ties: Ties) -> Decision:
@@ -186,6 +189,7 @@ def decide(scores: Matrix, width: float, delta: tuple[float, float], ties: Ties)
         rivals = [j for j in range(k) if j != i and wealth[i, j] >= threshold]
         if rivals:
             beaten_by[i] = max(rivals, key=lambda j: float(wealth[i, j]))
+    p_values = {i: math.exp(-float(wealth[i, j])) for i, j in beaten_by.items()}
     survivors = [i for i in range(k) if i not in beaten_by]
     tied = False
     if ties.epsilon is not None and len(survivors) > 1:
@@ -193,7 +197,7 @@ def decide(scores: Matrix, width: float, delta: tuple[float, float], ties: Ties)
         near = betting_log_wealth((diff + e) / (width + e)).max(axis=-1)
         bar = math.log(1.0 / delta[1])
         tied = all(near[i, j] >= bar for i in survivors for j in survivors if i != j)
-    return Decision(sorted(beaten_by), beaten_by, tied)
+    return Decision(sorted(beaten_by), beaten_by, tied, p_values)
 
 
 # -- the result ----------------------------------------------------------------------
@@ -445,7 +449,7 @@ class _State:
         self.spent += len(self.alive) * len(batch)
         self.seen += len(batch)
 
-    def drop(self, decision: Decision, matrix: Matrix, confidence: float) -> None:
+    def drop(self, decision: Decision, matrix: Matrix, confidence: float, alpha: float) -> None:
         """Drop the candidates ``decision`` beats (positions among the alive), saying why."""
         number = len(self.rounds) + 1
         alive = self.alive
@@ -454,7 +458,8 @@ class _State:
             gap = float(np.mean(matrix[i] - matrix[j]))
             self.reasons[alive[i]] = (
                 f"behind {self.names[alive[j]]} at {confidence:.0%} after {self.seen:,} "
-                f"examples (mean difference {gap:+.4f}, paired test)"
+                f"examples: mean difference {gap:+.4f}, paired test p <= "
+                f"{decision.p_values[i]:.2g} (dropped at p <= {alpha:.2g})"
             )
             self.dropped_round[alive[i]] = number
         self.rounds.append(
@@ -511,7 +516,7 @@ async def run_race(
         await state.run(evaluate, candidates, order[state.seen : stop])
         matrix = np.array([state.columns[i] for i in state.alive], dtype=np.float64)
         decision = decide(matrix, width, deltas, rule)
-        state.drop(decision, matrix, confidence)
+        state.drop(decision, matrix, confidence, deltas[0])
         if len(state.alive) == 1:
             outcome = "winner"
             reason = f"every other candidate was dropped after {state.seen:,} examples"

@@ -118,9 +118,11 @@ def _matrix(race: RaceResult) -> str:
         f'<th>verdict</th><th colspan="{len(race.example_ids)}">examples, in the order '
         "the race took them (a line at each round's start)</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table></div>"
-        f'<p class="hint">A cell is one score, darker higher, in [{low:g}, {high:g}]; grey: '
-        "not evaluated, because the candidate was dropped. Intervals are empirical "
-        f"Bernstein at {race.confidence:.0%} over the examples each candidate saw.</p>"
+        f'<p class="hint">A cell is one score in [{low:g}, {high:g}], red low to green '
+        "high; grey: not evaluated, because the candidate had been dropped. Intervals: "
+        f"{race.confidence:.0%} confidence sequences (by betting) over the examples each "
+        "candidate saw; a drop's p-value is the paired test's, valid whenever it is "
+        "read.</p>"
         "</section>"
     )
 
