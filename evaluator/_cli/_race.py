@@ -324,12 +324,14 @@ async def _race(options: RaceOptions, serving: Any, examples: list[Any]) -> Race
 def _write(options: RaceOptions, race: RaceResult) -> int:
     from evaluator._race import write_race_file
 
+    from ._output import console
+
     code = 0
     if options.output is not None:
         try:
             write_race_file(race, options.output)
             if not options.json:
-                print(f"race: {options.output}", file=sys.stderr)
+                console().print(f"race: {options.output}", markup=False, soft_wrap=True)
         except OSError as exc:
             print(f"skynet-eval race: error: --output {options.output}: {exc}", file=sys.stderr)
             code = 1
@@ -339,7 +341,7 @@ def _write(options: RaceOptions, race: RaceResult) -> int:
         try:
             write_race_page(race, Path(options.report), option="report")
             if not options.json:
-                print(f"report: {options.report}", file=sys.stderr)
+                console().print(f"report: {options.report}", markup=False, soft_wrap=True)
         except OSError as exc:
             print(f"skynet-eval race: error: --report {options.report}: {exc}", file=sys.stderr)
             code = 1
