@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._exceptions import ConfigError, ResultsFileError
+from ._report import result_cost
 from ._results import Result
 
 __all__ = [
@@ -305,12 +306,8 @@ class _Tally:
             self.evaluations += 1
             obs = r.observation
             self.model_calls += obs.llm_calls + r.judge.llm_calls
-            program = 0.0 if obs.duration_ms is None else obs.cost_usd
-            judge = r.judge.cost_usd
-            if program is None or judge is None or self.cost is None:
-                self.cost = None
-            else:
-                self.cost += program + judge
+            cost = result_cost(r)
+            self.cost = None if cost is None or self.cost is None else self.cost + cost
 
     def spend(self, total: int) -> RaceSpend:
         left = total - self.seen

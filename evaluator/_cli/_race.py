@@ -287,27 +287,11 @@ def execute(options: RaceOptions) -> int:
 
 
 async def _race(options: RaceOptions, serving: Any, examples: list[Any]) -> RaceResult:
-    from evaluator import Evaluator
-    from evaluator._executors._base import fit_workers
-
-    from ._run import _models
+    from ._run import engine
 
     async with (
         serving.open() as configs,
-        Evaluator(
-            options.metric,
-            options.program,
-            timeout=options.timeout,
-            program_timeout=options.program_timeout,
-            workers=fit_workers(options.workers, len(examples)),
-            concurrency=options.concurrency,
-            execution=options.execution,
-            program_execution=options.program_execution,
-            ray_address=options.ray_address,
-            models=_models(configs, serving.simulator_url),
-            cache=options.cache,
-            cache_key_files=options.cache_key_files,
-        ) as ev,
+        engine(options, configs, serving.simulator_url, len(examples)) as ev,
     ):
         return await ev.race(
             list(options.candidates),

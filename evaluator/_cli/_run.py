@@ -61,7 +61,7 @@ from ._serving import Serving
 if TYPE_CHECKING:
     from llm_client import ModelConfig
 
-__all__ = ["CHECK_EXAMPLES", "execute"]
+__all__ = ["CHECK_EXAMPLES", "engine", "execute"]
 
 CHECK_EXAMPLES = 3
 INTERRUPTED = "interrupted: the results written so far are kept"
@@ -190,20 +190,7 @@ async def _main(
     out = console()
     async with (
         serving.open() as configs,
-        Evaluator(
-            options.metric,
-            options.program,
-            timeout=options.timeout,
-            program_timeout=options.program_timeout,
-            workers=fit_workers(options.workers, plan.total),
-            concurrency=options.concurrency,
-            execution=options.execution,
-            program_execution=options.program_execution,
-            ray_address=options.ray_address,
-            models=_models(configs, serving.simulator_url),
-            cache=options.cache,
-            cache_key_files=options.cache_key_files,
-        ) as ev,
+        engine(options, configs, serving.simulator_url, plan.total) as ev,
     ):
         plan.builder.failure_score = ev.failure_score
         _cache_note(ev)
@@ -253,6 +240,27 @@ def _cache_note(ev: Evaluator) -> None:
         f"{', and ' + held if files else ''}, the artifact, each example and the model "
         f"settings; not {NOT_KEYED} (add such files with --cache-key-file PATH)",
         file=sys.stderr,
+    )
+
+
+def engine(
+    options: Any, configs: dict[str, ModelConfig], simulator_url: str | None, total: int
+) -> Evaluator:
+    """The (unopened) Evaluator of a command's engine flags: ``run``'s and ``race``'s
+    options structs share these fields."""
+    return Evaluator(
+        options.metric,
+        options.program,
+        timeout=options.timeout,
+        program_timeout=options.program_timeout,
+        workers=fit_workers(options.workers, total),
+        concurrency=options.concurrency,
+        execution=options.execution,
+        program_execution=options.program_execution,
+        ray_address=options.ray_address,
+        models=_models(configs, simulator_url),
+        cache=options.cache,
+        cache_key_files=options.cache_key_files,
     )
 
 
