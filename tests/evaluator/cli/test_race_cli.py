@@ -127,6 +127,43 @@ class TestRace:
         assert "stopped by the budget" in done.stdout
 
 
+JUDGE = """
+from skynet import llm
+
+
+def score(input, output, expected=None):
+    verdict = llm(
+        "Answer PASS or FAIL, then give one sentence of reasons.",
+        input=f"Ticket {input['n']}\\nAnswer: {output}\\nExpected: True",
+    )
+    return (1.0 if str(verdict).startswith("PASS") else 0.0), {"feedback": str(verdict)}
+"""
+
+
+class TestRaceWithAJudge:
+    def test_money_and_calls_are_counted_against_everything(self, race_dir: Path) -> None:
+        """A judge on the simulator over real HTTP (priced as gpt-4o-mini): one model
+        call per evaluation, a measured cost, and the full cost estimated above it."""
+        (race_dir / "m.py").write_text(JUDGE)
+        (race_dir / "sim.json").write_text(json.dumps({"models": {"gpt-4o-mini": {}}}))
+        judged = ("--metric-model", "gpt-4o-mini", "--simulator", "sim.json")
+        base = ["--metric", "m.py", "--program", "p.py", "--data", "d.jsonl", *ARTIFACTS]
+        done = subprocess.run(
+            [sys.executable, "-m", "evaluator", "race", *base, *judged, "--output", "r.json"],
+            cwd=race_dir,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        result = read(race_dir / "r.json")
+        spend = result["spend"]
+        assert result["winners"] == [1]
+        assert spend["model_calls"] == spend["evaluations"] > 0
+        assert spend["full_model_calls"] == 1200
+        assert 0 < spend["cost_usd"] < spend["full_cost_usd"]
+
+
 class TestRaceUsage:
     @pytest.mark.parametrize(
         ("args", "words"),
