@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import anyio
 import hypothesis.strategies as st
 import numpy as np
 import pytest
@@ -300,3 +301,30 @@ class TestEvaluatorRace:
             with pytest.raises(ConfigError, match="failure_score") as info:
                 await ev.race(["a", "b"], rows(10))
         assert info.value.option == "score_range"
+
+    async def test_cancelling_a_race_leaves_nothing_in_flight(self, tmp_path: Path) -> None:
+        """A race cancelled while both candidates' calls wait: it stops, nothing is left
+        in flight, and the Evaluator still serves a call (hang guard: 60 s)."""
+        program = write(
+            tmp_path,
+            "p.py",
+            """
+            import asyncio
+
+            async def run(artifact, input):
+                if artifact == "hang":
+                    await asyncio.sleep(3600)
+                return True
+            """,
+        )
+        metric = write(tmp_path, "m.py", METRIC)
+        async with Evaluator(metric, program) as ev:
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(ev.race, ["hang", "hang"], rows(50))
+                    await anyio.wait_all_tasks_blocked()
+                    assert ev.statistics().in_flight == 2 * 16  # the first round, both
+                    tg.cancel_scope.cancel()
+            assert ev.statistics().in_flight == 0
+            results = await ev.evaluate_many("ok", rows(3))
+        assert [r.score for r in results] == [1.0, 1.0, 1.0]
