@@ -40,6 +40,7 @@ __all__ = [
     "RunOptions",
     "ServingOptions",
     "SimulatorOptions",
+    "engine_limits",
 ]
 
 EXECUTIONS = ("process", "thread", "async", "inline", "ray")
@@ -540,14 +541,7 @@ class RunOptions:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Self:
-        timeout = validate_timeout(args.timeout, "timeout")
-        program_timeout = (
-            None
-            if args.program_timeout is None
-            else validate_timeout(args.program_timeout, "program_timeout", upper=None)
-        )
-        _positive(args.workers, "workers")
-        _positive(args.concurrency, "concurrency")
+        timeout, program_timeout = engine_limits(args)
         program = _file(args.program, "--program")
         if program is None and (args.artifact is not None or args.artifact_text is not None):
             raise ConfigError("--artifact is used by a program: add --program FILE")
@@ -585,6 +579,20 @@ class RunOptions:
             cache=_cache_directory(args.cache),
             cache_key_files=_cache_key_files(args.cache_key_file, args.cache),
         )
+
+
+def engine_limits(args: argparse.Namespace) -> tuple[float, float | None]:
+    """The engine flags' limits, checked: ``(timeout, program_timeout)``, with
+    ``--workers`` and ``--concurrency`` positive (``run``'s and ``race``'s)."""
+    timeout = validate_timeout(args.timeout, "timeout")
+    program_timeout = (
+        None
+        if args.program_timeout is None
+        else validate_timeout(args.program_timeout, "program_timeout", upper=None)
+    )
+    _positive(args.workers, "workers")
+    _positive(args.concurrency, "concurrency")
+    return timeout, program_timeout
 
 
 def _cache_key_files(paths: list[str], cache: str | None) -> tuple[str, ...]:

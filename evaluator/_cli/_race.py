@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from evaluator._exceptions import ConfigError
-from evaluator._options import validate_ray_address, validate_timeout
+from evaluator._options import validate_ray_address
 
 from ._options import (
     DataOptions,
@@ -31,9 +31,9 @@ from ._options import (
     _cache_directory,
     _cache_key_files,
     _file,
-    _positive,
     _run_models,
     _same_file,
+    engine_limits,
 )
 
 if TYPE_CHECKING:
@@ -153,14 +153,7 @@ class RaceOptions:
     def from_args(cls, args: argparse.Namespace) -> Self:
         from evaluator._race import parse_ties
 
-        timeout = validate_timeout(args.timeout, "timeout")
-        program_timeout = (
-            None
-            if args.program_timeout is None
-            else validate_timeout(args.program_timeout, "program_timeout", upper=None)
-        )
-        _positive(args.workers, "workers")
-        _positive(args.concurrency, "concurrency")
+        timeout, program_timeout = engine_limits(args)
         metric = str(_file(args.metric, "--metric"))
         program = str(_file(args.program, "--program"))
         given = args.candidates or []
