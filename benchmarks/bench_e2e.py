@@ -21,6 +21,20 @@ measurement's), at a fixed latency and no rate limit.
    calls in flight (executor statistics sampled every 5 ms: mean and peak), against its
    executor's parallelism.
 
+Three more measure the in-flight limit (``--only slow-judge,no-limit,overload``; not in
+the default run, about 30 s each), the judge streamed through the library, score-only:
+
+5. slow-judge: 2 s latency, a server allowing 3,000 RPM over any 10 s window and saying
+   so in its headers, no limit configured: the steady rate (middle 80% of the results)
+   against the limit, target >= 0.95, where 64 in flight reach at most 0.64.
+6. no-limit: 300 ms latency, no limit anywhere, the server slowing down past 256 in
+   flight: the rate against ``dspy.Evaluate(num_threads=64)`` (``bench_llm_dspy.py``) on
+   a server of its own, target >= 1.5x.
+7. overload: 300 ms latency, the server slowing down past 96 in flight: the in-flight
+   limit over the second half (target: its median <= 96) and the 429 share (< 1%).
+
+Each prints how the limit moved (the report's model budget line) and its last changes.
+
 Figures are ratios from one run; the load average is printed first, since the machine
 may be shared.
 """
@@ -46,7 +60,7 @@ from urllib.parse import urlsplit
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench_llm import run, sim_stats, simulator  # noqa: E402
+from bench_llm import run, run_dspy, sim_stats, simulator  # noqa: E402
 
 from evaluator import Evaluator, Example, Models  # noqa: E402
 from llm_client import ModelConfig  # noqa: E402
@@ -309,10 +323,118 @@ def bench_two_models(tmp: Path, n: int, latency_ms: float) -> None:
     _print_stages(latency_ms, program, JUDGE, n)
 
 
+async def _judge_run(url: str, n: int, sample_s: float = 0.05, **model: Any) -> dict[str, Any]:
+    """``n`` judged examples streamed through the library (score-only, the page's judge);
+    each result's arrival time, and the judge's in-flight limit sampled every
+    ``sample_s``."""
+    judge = ModelConfig(model="judge-1", base_url=url, api_key_env=None, **model)
+    arrivals: list[float] = []
+    limits: list[tuple[float, int]] = []
+    errors: list[Any] = []
+    async with Evaluator(JUDGE, models=Models(metric=judge)) as ev:
+
+        async def sample() -> None:
+            while True:
+                (budget,) = ev.statistics().model_budgets
+                limits.append((time.perf_counter() - started, budget.in_flight_limit or 0))
+                await asyncio.sleep(sample_s)
+
+        started = time.perf_counter()
+        sampler = asyncio.create_task(sample())
+        async for result in ev.stream(None, _examples(n, 0)):
+            arrivals.append(time.perf_counter() - started)
+            if result.error is not None:
+                errors.append(result.error)
+        wall = time.perf_counter() - started
+        sampler.cancel()
+        await asyncio.wait({sampler})
+        (budget,) = ev.statistics().model_budgets
+    assert not errors, errors[:3]
+    arrivals.sort()
+    lo, hi = arrivals[len(arrivals) // 10], arrivals[len(arrivals) * 9 // 10]
+    steady = (len(arrivals) * 8 // 10) / max(hi - lo, 1e-9)
+    return {"rate": n / wall, "steady": steady, "wall": wall, "budget": budget, "limits": limits}
+
+
+def _print_limit(budget: Any) -> None:
+    history = ", ".join(f"{t:.1f}s:{v}" for t, v in budget.in_flight_history[-10:])
+    print(f"   model in flight: {budget.describe()}")
+    print(f"   in-flight history (last changes, seconds:limit): {history}")
+
+
+def bench_slow_judge(n: int, latency_ms: float, rpm: float) -> None:
+    limit = rpm / 60.0
+    fixed = min(1.0, 64 / (latency_ms / 1000) / limit)
+    print(
+        f"\n5. a slow judge: {latency_ms / 1000:g} s latency, the server allows {rpm:,.0f} RPM "
+        f"over any 10 s window and says so in its headers; {n} examples, no limit configured "
+        f"(64 in flight reach at most {fixed:.2f} of the limit)"
+    )
+    sim_args = ("--latency-ms", str(latency_ms), "--rpm", str(rpm), "--window", "10")
+    with simulator(*sim_args) as url:
+        out = run(_judge_run(url, n))
+        seen = sim_stats(url, 10)
+    share = seen["rate_limited"] / max(1, seen["requests"])
+    print(
+        f"   steady rate (middle 80% of results) {out['steady']:.1f}/s = "
+        f"{out['steady'] / limit:.3f} of the limit (target >= 0.95); whole run "
+        f"{out['rate'] / limit:.3f} (the first and last {latency_ms / 1000:g} s included); "
+        f"429 share {share:.4f}; peak in flight at the server {seen['peak_in_flight']}"
+    )
+    _print_limit(out["budget"])
+
+
+def bench_no_limit(n: int, n_dspy: int, latency_ms: float, capacity: int) -> None:
+    print(
+        f"\n6. no limit known: {latency_ms:g} ms judge, the server slows down past {capacity} in "
+        f"flight; the library ({n} examples) against dspy.Evaluate(num_threads=64) "
+        f"({n_dspy}) on a server of its own"
+    )
+    sim_args = ("--latency-ms", str(latency_ms), "--capacity", str(capacity))
+    with simulator(*sim_args) as url:
+        ours = run(_judge_run(url, n))
+        seen = sim_stats(url)
+    with simulator(*sim_args) as url:
+        theirs = run_dspy(url, n_dspy, 64)
+    dspy_rate = theirs["ok"] / theirs["wall"]
+    print(
+        f"   skynet evaluate      {ours['rate']:7.1f} examples/s, peak in flight at the "
+        f"server {seen['peak_in_flight']}"
+    )
+    print(f"   dspy.Evaluate(64)    {dspy_rate:7.1f} examples/s ({theirs['errors']} failed)")
+    print(f"   skynet / dspy.Evaluate(64): {ours['rate'] / dspy_rate:.2f}x (target >= 1.5x)")
+    _print_limit(ours["budget"])
+
+
+def bench_overload(n: int, latency_ms: float, capacity: int) -> None:
+    print(
+        f"\n7. a server that slows down past {capacity} in flight: {latency_ms:g} ms judge, "
+        f"{n} examples, no limit known"
+    )
+    with simulator("--latency-ms", str(latency_ms), "--capacity", str(capacity)) as url:
+        out = run(_judge_run(url, n))
+        seen = sim_stats(url)
+    share = seen["rate_limited"] / max(1, seen["requests"])
+    late = sorted(v for t, v in out["limits"] if t >= out["wall"] / 2)
+    median = late[len(late) // 2] if late else 0
+    print(
+        f"   in-flight limit over the second half: median {median}, range "
+        f"{late[0] if late else 0}-{late[-1] if late else 0} (target: median <= {capacity}); "
+        f"429 share {share:.4f} (target < 0.01); {out['rate']:.1f} examples/s, "
+        f"{out['rate'] / (capacity / (latency_ms / 1000)):.3f} of the server's capacity"
+    )
+    _print_limit(out["budget"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="small sizes for CI (seconds)")
-    parser.add_argument("--only", default="cli,optimizer,mixed,two", help="comma-separated subset")
+    parser.add_argument(
+        "--only",
+        default="cli,optimizer,mixed,two",
+        help="comma-separated subset of cli,optimizer,mixed,two and the in-flight "
+        "scenarios slow-judge,no-limit,overload (not run by default: about 30 s each)",
+    )
     args = parser.parse_args()
     chosen = set(args.only.split(","))
     latency = 50.0 if args.smoke else 300.0
@@ -331,6 +453,12 @@ def main() -> None:
             bench_mixed(tmp, 300 if args.smoke else 2000, latency)
         if "two" in chosen:
             bench_two_models(tmp, 300 if args.smoke else 2000, latency)
+    if "slow-judge" in chosen:
+        bench_slow_judge(300 if args.smoke else 1500, 2000.0, 3000.0)
+    if "no-limit" in chosen:
+        bench_no_limit(*((1000, 300) if args.smoke else (6000, 3000)), 300.0, 256)
+    if "overload" in chosen:
+        bench_overload(2000 if args.smoke else 5000, 300.0, 96)
 
 
 if __name__ == "__main__":

@@ -144,11 +144,18 @@ class Outcome(msgspec.Struct, array_like=True, gc=False):
 
 
 def _failed(
-    fn: UserFunction, stage: Stage, exc: BaseException, started: int, clock: Any = perf_counter_ns
+    fn: UserFunction,
+    stage: Stage,
+    exc: BaseException,
+    started: int,
+    clock: Any = perf_counter_ns,
+    *,
+    expected: Any = failures.UNKNOWN,
 ) -> Outcome:
-    """The outcome of a call that raised ``exc``."""
+    """The outcome of a call that raised ``exc``; ``expected``: the example's, for the
+    message of a ``KeyError`` out of ``score``."""
     ended = clock()
-    error = failures.raised(fn, stage, exc)
+    error = failures.raised(fn, stage, exc, expected=expected)
     # Drop the traceback: it holds the user's frames (their locals, the call's arguments)
     # in a reference cycle that only the cyclic collector could free.
     exc.__traceback__ = None
@@ -269,7 +276,7 @@ class SyncInvoker:
         try:
             raw = self._fn(input, output, expected) if self._three else self._fn(input, output)
         except (Exception, SystemExit) as exc:
-            return _failed(self.fn, self.stage, exc, started)
+            return _failed(self.fn, self.stage, exc, started, expected=expected)
         ended = clock()
         try:
             scored = validate_return(raw, example_id)
@@ -480,7 +487,8 @@ async def invoke_async(
             steps.detached or _cancel_requested(task, baseline)
         ):
             raise
-        return _failed(fn, stage, exc, started)
+        expected = call.expected if isinstance(call, ScoreCall) else failures.UNKNOWN
+        return _failed(fn, stage, exc, started, expected=expected)
     finally:
         _current.reset(token)
     return _settle(fn, stage, call, raw, started)

@@ -1,8 +1,10 @@
 """The contract check: the steps of ``docs/contract.md`` run before any full evaluation.
 
 Steps, in order: **Metric file**, **Metric signature**, **Reward spec** (when the module
-defines ``REWARD_SPEC``), **Program runs** (only when a program is given), **Metric
-runs** and **Metric return value** on the first three examples. The examples go through
+defines ``REWARD_SPEC``), **Program file**, **Program signature** and **Program runs**
+(only when a program is given), **Metric runs** and **Metric return value** on the first
+three examples. A program that returned None for every checked example passes with a
+warning (a forgotten ``return``). The examples go through
 the same ``Evaluator`` (same executors, timeouts and validation) as the full run, so a
 hung metric fails **Metric runs** right after the timeout and a crashing one cannot take
 the check down with it.
@@ -26,17 +28,29 @@ from ._exceptions import (
     STEP_SIGNATURE,
     ContractError,
 )
-from ._loader import UserFunction, load_metric
+from ._loader import UserFunction, load_metric, load_program
 from ._options import validate_timeout
 from ._results import Result
 
 if TYPE_CHECKING:
     from ._pipeline import Evaluator
 
-__all__ = ["CHECK_EXAMPLES", "STEP_PROGRAM", "CheckStep", "ContractReport", "check_contract"]
+__all__ = [
+    "CHECK_EXAMPLES",
+    "STEP_PROGRAM",
+    "STEP_PROGRAM_FILE",
+    "STEP_PROGRAM_SIGNATURE",
+    "CheckStep",
+    "ContractReport",
+    "check_contract",
+    "program_error",
+]
 
 CHECK_EXAMPLES = 3
 STEP_PROGRAM = "Program runs"
+STEP_PROGRAM_FILE = "Program file"
+STEP_PROGRAM_SIGNATURE = "Program signature"
+_PROGRAM_STEPS = {STEP_FILE: STEP_PROGRAM_FILE, STEP_SIGNATURE: STEP_PROGRAM_SIGNATURE}
 
 _RUN_KINDS = frozenset(
     {"metric_error", "metric_timeout", "worker_crash", "llm_error", "missing_output"}
@@ -54,14 +68,36 @@ class CheckStep(msgspec.Struct):
 
 
 class ContractReport(msgspec.Struct):
-    """The outcome of the contract check; ``ok`` when every step passed."""
+    """The outcome of the contract check; ``ok`` when every step passed. ``warnings``:
+    what passed but looks wrong (a program that returned None for every example)."""
 
     ok: bool
     steps: list[CheckStep]
+    warnings: list[str] = []
 
     @property
     def failed(self) -> CheckStep | None:
         return next((s for s in self.steps if not s.ok), None)
+
+
+def program_error(exc: ContractError, program: str | Path | None) -> ContractError:
+    """``exc`` under the program's step names when it is about the ``program`` file (the
+    loader names every file's steps as the metric's)."""
+    if program is None or exc.path is None or exc.step not in _PROGRAM_STEPS:
+        return exc
+    try:
+        same = Path(exc.path).resolve() == Path(program).resolve()
+    except (OSError, ValueError, RuntimeError):
+        same = False
+    if not same:
+        return exc
+    return ContractError(
+        _PROGRAM_STEPS[exc.step],
+        exc.message,
+        example_id=exc.example_id,
+        path=exc.path,
+        line=exc.line,
+    )
 
 
 def _step_from_error(exc: ContractError) -> CheckStep:
@@ -124,6 +160,13 @@ async def check_contract(
             CheckStep(STEP_RUNS, False, "the dataset has no examples to run the metric on")
         )
         return ContractReport(False, steps)
+    if isinstance(program, (str, Path)):
+        path = program
+        try:
+            program = load_program(path)
+        except ContractError as exc:
+            steps.append(_step_from_error(program_error(exc, path)))
+            return ContractReport(False, steps)
     if evaluator is None:
         from ._pipeline import Evaluator
 
@@ -147,7 +190,18 @@ async def check_contract(
         return ContractReport(False, steps)
     failed = _first_failure(results, frozenset({"invalid_return"}))
     steps.append(_outcome_step(STEP_RETURN, failed))
-    return ContractReport(failed is None, steps)
+    warnings = _forgotten_return(results) if has_program else []
+    return ContractReport(failed is None, steps, warnings)
+
+
+def _forgotten_return(results: Sequence[Result]) -> list[str]:
+    """A program that returned None for every checked example scores 0 everywhere
+    without a single error: say so before the run."""
+    if results and all(r.output is None and r.error is None for r in results):
+        n = len(results)
+        every = "the checked example" if n == 1 else f"all {n} checked examples"
+        return [f"the program returned None for {every}; did you forget `return` in `run`?"]
+    return []
 
 
 def _first_failure(results: Sequence[Any], kinds: frozenset[str]) -> Any:

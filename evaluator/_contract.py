@@ -162,6 +162,11 @@ def _validate_slow(value: Any, example_id: Any) -> Scored:
 
 def _pair(value: Any, example_id: Any) -> tuple[Any, Any]:
     """The two items of a pair (a tuple or a list, subclasses too), or why it is not one."""
+    if value is None:
+        raise InvalidReturn(
+            f"returned None, not a pair; did you forget `return`? {_PAIR_HINT}",
+            example_id=example_id,
+        )
     if not isinstance(value, (tuple, list)):
         raise InvalidReturn(
             f"returned {short_repr(value)} ({type(value).__name__}), not a pair; {_PAIR_HINT}",

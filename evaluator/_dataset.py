@@ -11,20 +11,27 @@ with ``null`` or ``""``) gets its 0-based position. Ids are unique in a file; wh
 position meets an explicit id, the message names both rows and says to give every row an
 id. How files are read (encodings, byte-order marks, NaN, nesting) is
 :mod:`evaluator._datafile`'s.
+
+A :class:`Selection` picks some of a dataset's examples to try first: the first N, N
+drawn at random with a seed, or those with given ids; always in the dataset's order, and
+recorded in a results file's header so that a resume knows what was chosen.
 """
 
 from __future__ import annotations
 
+import difflib
+import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from ._datafile import csv_rows, json_rows, jsonl_rows, too_deep, too_deep_problem
-from ._exceptions import DatasetError
+from ._exceptions import ConfigError, DatasetError
 
-__all__ = ["NO_OUTPUT", "Example", "examples_from_rows", "load_examples"]
+__all__ = ["NO_OUTPUT", "Example", "Selection", "examples_from_rows", "load_examples"]
 
 NO_OUTPUT: Any = msgspec.UNSET
 
@@ -54,6 +61,7 @@ def _row_to_example(
     output_cols: Sequence[str] | None,
     path: str | None,
     line: int | None,
+    id_col: str | None = None,
 ) -> Example:
     if isinstance(row, Example):
         return row
@@ -68,7 +76,7 @@ def _row_to_example(
     if where and too_deep(row):  # a file's rows were measured as they were read
         raise DatasetError(path, line, where + too_deep_problem())
     try:
-        example_id = _id_of(row, position)
+        example_id = _id_of(row, position, id_col)
         if input_cols:
             return _flat_example(row, example_id, input_cols, output_cols)
         return _canonical_example(row, example_id, output_cols)
@@ -80,17 +88,30 @@ class _RowProblem(Exception):
     """What is wrong with a row, before it is placed in its file."""
 
 
-def _id_of(row: dict[str, Any], position: int) -> Any:
-    example_id = row.get("id", position)
+def _id_of(row: dict[str, Any], position: int, id_col: str | None = None) -> Any:
+    key = id_col or "id"
+    if id_col is not None and id_col not in row:
+        raise _RowProblem(
+            f"missing id column {id_col!r}{_guess([id_col], row)} (the row has {_have(row)})"
+        )
+    example_id = row.get(key, position)
     if example_id is None or example_id == "":
         example_id = position
     if isinstance(example_id, bool) or not isinstance(example_id, (str, int)):
-        raise _RowProblem(f"'id' is a {type(example_id).__name__}; use a string or an integer")
+        raise _RowProblem(f"{key!r} is a {type(example_id).__name__}; use a string or an integer")
     return example_id
 
 
 def _have(row: dict[str, Any]) -> str:
     return ", ".join(map(repr, row)) or "none"
+
+
+def _guess(missing: Sequence[str], row: dict[str, Any]) -> str:
+    """`` (did you mean 'question' for 'questoin'?)`` for the names close to a key."""
+    keys = [k for k in row if isinstance(k, str)]
+    pairs = [(m, difflib.get_close_matches(m, keys, n=1)) for m in missing]
+    shown = [f"{close[0]!r} for {m!r}" for m, close in pairs if close]
+    return f" (did you mean {', '.join(shown)}?)" if shown else ""
 
 
 def _flat_example(
@@ -101,13 +122,17 @@ def _flat_example(
 ) -> Example:
     missing = [c for c in input_cols if c not in row]
     if missing:
-        raise _RowProblem(f"missing input column(s) {missing} (the row has {_have(row)})")
+        raise _RowProblem(
+            f"missing input column(s) {missing}{_guess(missing, row)} (the row has {_have(row)})"
+        )
     inputs = {c: row[c] for c in input_cols}
     expected: dict[str, Any] | None = None
     if output_cols:
         absent = [c for c in output_cols if c not in row]
         if absent:
-            raise _RowProblem(f"missing output column(s) {absent} (the row has {_have(row)})")
+            raise _RowProblem(
+                f"missing output column(s) {absent}{_guess(absent, row)} (the row has {_have(row)})"
+            )
         expected = {c: row[c] for c in output_cols}
     output = row.get("output", msgspec.UNSET) if "output" not in input_cols else msgspec.UNSET
     return Example(id=example_id, input=inputs, expected=expected, output=output)
@@ -180,10 +205,10 @@ class _Duplicate(Exception):
     """A duplicate id, before it is placed in its file."""
 
 
-def _explicit_id(row: Any) -> bool:
+def _explicit_id(row: Any, id_col: str | None = None) -> bool:
     if isinstance(row, Example):
         return True
-    return isinstance(row, dict) and row.get("id") not in (None, "")
+    return isinstance(row, dict) and row.get(id_col or "id") not in (None, "")
 
 
 def examples_from_rows(
@@ -212,8 +237,12 @@ def load_examples(
     *,
     input_cols: Sequence[str] | None = None,
     output_cols: Sequence[str] | None = None,
+    id_col: str | None = None,
 ) -> Iterator[Example]:
     """Stream the examples of a ``.jsonl``/``.ndjson``, ``.json`` or ``.csv`` file.
+
+    ``id_col``: the column (key) that holds each row's id (default ``id``; a row without
+    one gets its position). CSV values, ids included, arrive as strings.
 
     Every bad row raises :class:`DatasetError` naming the file, the line and the problem;
     the file rules (encoding, byte-order marks, NaN, nesting) are those of
@@ -230,7 +259,7 @@ def load_examples(
         )
     if suffix not in _READERS:
         raise DatasetError(p, None, f"unknown dataset type {suffix!r}; use .jsonl, .json or .csv")
-    return _load(p, suffix, input_cols, output_cols)
+    return _load(p, suffix, input_cols, output_cols, id_col)
 
 
 _READERS: dict[str, Callable[[Path], Iterator[tuple[int | None, Any]]]] = {
@@ -246,20 +275,86 @@ def _load(
     suffix: str,
     input_cols: Sequence[str] | None,
     output_cols: Sequence[str] | None,
+    id_col: str | None = None,
 ) -> Iterator[Example]:
     unique = _Unique()
     for position, (line, row) in enumerate(_READERS[suffix](p)):
         # A JSON list has no line per row: name the item's index instead.
         where = str(p) if line is not None else f"{p} (item {position})"
         example = _row_to_example(
-            row, position, input_cols=input_cols, output_cols=output_cols, path=where, line=line
+            row,
+            position,
+            input_cols=input_cols,
+            output_cols=output_cols,
+            path=where,
+            line=line,
+            id_col=id_col,
         )
         try:
             unique.check(
                 example,
                 f"line {line}" if line is not None else f"item {position}",
-                _explicit_id(row),
+                _explicit_id(row, id_col),
             )
         except _Duplicate as exc:
             raise DatasetError(where, line, str(exc)) from None
         yield example
+
+
+class Selection(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=False):
+    """Which of a dataset's examples a run takes: the first ``limit``, ``sample`` drawn
+    with ``seed`` (the same seed, the same examples), or those whose id is in ``ids``
+    (ids as text: ``2`` matches the integer id 2). At most one of the three."""
+
+    limit: int | None = None
+    sample: int | None = None
+    seed: int | None = None
+    ids: list[str] | None = None
+
+    def describe(self) -> str:
+        """The selection in words, for a note."""
+        if self.limit is not None:
+            return f"the first {self.limit:,} examples"
+        if self.sample is not None:
+            return f"{self.sample:,} examples drawn with seed {self.seed or 0}"
+        if self.ids is not None:
+            shown = ",".join(self.ids[:5]) + (",..." if len(self.ids) > 5 else "")
+            return f"{len(self.ids):,} examples by id ({shown})"
+        return "every example"
+
+    def select(self, examples: Callable[[], Iterator[Example]]) -> Iterator[Example]:
+        """The chosen examples, in the dataset's order; ``examples`` reads the dataset
+        afresh at each call (a sample reads it twice: to count, then to take)."""
+        if self.limit is not None:
+            return islice(examples(), self.limit)
+        if self.sample is not None:
+            total = sum(1 for _ in examples())
+            chosen = set(
+                random.Random(self.seed or 0).sample(range(total), min(self.sample, total))
+            )
+            return (ex for i, ex in enumerate(examples()) if i in chosen)
+        if self.ids is not None:
+            return iter(self._by_id(examples()))
+        return examples()
+
+    def _by_id(self, examples: Iterator[Example]) -> list[Example]:
+        wanted = dict.fromkeys(self.ids or ())
+        found: list[Example] = []
+        seen: list[str] = []
+        for example in examples:
+            key = str(example.id)
+            seen.append(key)
+            if key in wanted:
+                found.append(example)
+                wanted.pop(key)
+        if wanted:
+            missing = list(wanted)
+            close = [m for m in (difflib.get_close_matches(k, seen, n=1) for k in missing) if m]
+            hint = f" (did you mean {', '.join(repr(m[0]) for m in close)}?)" if close else ""
+            raise ConfigError(
+                f"names ids no example has: {', '.join(map(repr, missing))}{hint}; the "
+                f"dataset's ids begin {', '.join(map(repr, seen[:5]))}",
+                option="ids",
+                value=self.ids,
+            )
+        return found

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from ._loader import UserFunction
 
 __all__ = [
+    "UNKNOWN",
     "blocked_loop",
     "closed_before_done",
     "died_outside_call",
@@ -151,16 +152,38 @@ def _describe(exc: BaseException, fn: UserFunction) -> str:
     return f"{message}: {text}{where}" if text else message + where
 
 
-def raised(fn: UserFunction, stage: Stage, exc: BaseException) -> ErrorInfo:
+#: ``raised``'s ``expected`` when the call's expected value is not at hand.
+UNKNOWN: Any = object()
+
+
+def raised(
+    fn: UserFunction, stage: Stage, exc: BaseException, *, expected: Any = UNKNOWN
+) -> ErrorInfo:
     """A call of ``fn`` raised ``exc`` (an ``Exception``, ``SystemExit``, or a
-    ``KeyboardInterrupt`` out of user code in a thread)."""
+    ``KeyboardInterrupt`` out of user code in a thread). ``expected``: the example's
+    expected value, named in the message of a ``KeyError`` out of ``score`` whose key it
+    lacks (a misspelt or absent expected column reads as one)."""
     kind = kind_of(stage, exc)
     if not isinstance(exc, (Exception, SystemExit)):
         return ErrorInfo(kind, f"`{fn.name}` raised {type(exc).__name__}")
     try:
-        return ErrorInfo(kind, _describe(exc, fn))
+        message = _describe(exc, fn)
+        if stage == "score" and isinstance(exc, KeyError) and expected is not UNKNOWN:
+            message += _expected_keys(exc, expected)
+        return ErrorInfo(kind, message)
     except Exception:  # an exception whose __str__ raises
         return ErrorInfo(kind, f"`{fn.name}` raised {type(exc).__name__}")
+
+
+def _expected_keys(exc: KeyError, expected: Any) -> str:
+    """What ``expected`` holds, when the missing key is not among its keys."""
+    key = exc.args[0] if exc.args else None
+    if expected is None:
+        return "; this example's `expected` is None (its row has no expected values)"
+    if not isinstance(expected, dict) or key in expected:
+        return ""
+    keys = ", ".join(repr(k) for k in list(expected)[:10]) or "none"
+    return f"; `expected` has the keys {keys}"
 
 
 def invalid_return(exc: InvalidReturn) -> ErrorInfo:

@@ -8,8 +8,10 @@ path beside it for the messages: a file that moved but kept its content is the s
 file; a file edited in place is not.
 
 The header is one JSON object whose first key is ``"skynet_eval_results"`` (the format's
-version, 1). Readers (``--resume``, ``skynet-eval report``) know a header by that key: a
-line whose object has it is a header, never a result.
+version, 1). A run that wrote results appends one more when it stops, with ``ended``
+(its wall time and throughput), so that ``report`` can show them. Readers (``--resume``,
+``skynet-eval report``) know a header by that key: a line whose object has it is a
+header, never a result.
 
 What user code *reads* is fingerprinted too (the result cache's key holds it): an audit
 hook on ``open``, added when this module is imported (``import evaluator`` does, before any
@@ -46,6 +48,8 @@ from typing import Any
 
 import msgspec
 
+from ._dataset import Selection
+
 __all__ = [
     "FORMAT_VERSION",
     "HEADER_KEY",
@@ -54,6 +58,7 @@ __all__ = [
     "FilePrint",
     "Fingerprints",
     "ResultsHeader",
+    "RunEnd",
     "compare",
     "files_print",
     "fingerprint_run",
@@ -74,12 +79,15 @@ class FilePrint(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
 
 
 class DatasetPrint(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
-    """The dataset file, and the columns that decide how its rows are read."""
+    """The dataset file, the columns that decide how its rows are read, and which of its
+    examples the run takes (``None``: all)."""
 
     path: str
     sha256: str
     input_cols: list[str] | None = None
     output_cols: list[str] | None = None
+    selection: Selection | None = None
+    id_col: str | None = None
 
 
 class ArtifactPrint(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
@@ -99,12 +107,24 @@ class Fingerprints(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     artifact: ArtifactPrint | None = None
 
 
+class RunEnd(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
+    """How one run (or one resume) that wrote results ended: its wall time, how many
+    results it wrote, and their rate (``None``: too short to tell)."""
+
+    wall_s: float
+    examples: int
+    throughput: float | None = None
+    interrupted: bool = False
+
+
 class ResultsHeader(msgspec.Struct, frozen=True, forbid_unknown_fields=False, omit_defaults=True):
     """The header line of a results file. Field order is line order: the key
     ``skynet_eval_results`` comes first.
 
     ``note`` says why a header was appended later in the file (a resume that went on
     with other files under ``force``); the last header describes the lines after it.
+    ``ended`` marks the line a run appends when it stops: the same files, and its
+    wall time and throughput (results made under the header before it).
     """
 
     skynet_eval_results: int
@@ -114,9 +134,12 @@ class ResultsHeader(msgspec.Struct, frozen=True, forbid_unknown_fields=False, om
     program: FilePrint | None = None
     artifact: ArtifactPrint | None = None
     note: str | None = None
+    ended: RunEnd | None = None
 
     @classmethod
-    def new(cls, prints: Fingerprints, note: str | None = None) -> ResultsHeader:
+    def new(
+        cls, prints: Fingerprints, note: str | None = None, ended: RunEnd | None = None
+    ) -> ResultsHeader:
         """A header for a run evaluating ``prints``, created now (UTC)."""
         created = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
         return cls(
@@ -127,6 +150,7 @@ class ResultsHeader(msgspec.Struct, frozen=True, forbid_unknown_fields=False, om
             prints.program,
             prints.artifact,
             note,
+            ended,
         )
 
     @property
@@ -172,6 +196,8 @@ def fingerprint_run(
     artifact_path: str | Path | None = None,
     input_cols: Sequence[str] | None = None,
     output_cols: Sequence[str] | None = None,
+    selection: Selection | None = None,
+    id_col: str | None = None,
 ) -> Fingerprints:
     """The fingerprints of a run: reads each file once (SHA-256 at disk speed).
 
@@ -186,6 +212,8 @@ def fingerprint_run(
             _file_sha256(p),
             list(input_cols) if input_cols else None,
             list(output_cols) if output_cols else None,
+            selection if selection != Selection() else None,
+            id_col,
         )
     art = None
     if artifact is not None or artifact_path is not None:
@@ -207,6 +235,10 @@ def _label(name: str, part: Any) -> str:
     return f"{where} (sha256 {digest}...)" if where else f"sha256 {digest}..."
 
 
+def _selected(part: DatasetPrint) -> str:
+    return (part.selection or Selection()).describe()
+
+
 def compare(then: Fingerprints, now: Fingerprints) -> tuple[list[str], list[str]]:
     """``(changes, moves)`` from ``then`` (a file's header) to ``now`` (this run).
 
@@ -225,15 +257,26 @@ def compare(then: Fingerprints, now: Fingerprints) -> tuple[list[str], list[str]
             changes.append(f"{label} changed: {_label(name, old)} then, {_label(name, new)} now")
             continue
         if isinstance(old, DatasetPrint) and isinstance(new, DatasetPrint):
-            cols_then = (old.input_cols, old.output_cols)
-            cols_now = (new.input_cols, new.output_cols)
+            cols_then = (old.input_cols, old.output_cols, old.id_col)
+            cols_now = (new.input_cols, new.output_cols, new.id_col)
             if cols_then != cols_now:
                 changes.append(
                     f"{label}'s columns changed: input {old.input_cols}, output "
-                    f"{old.output_cols} then; input {new.input_cols}, output "
-                    f"{new.output_cols} now"
+                    f"{old.output_cols}, id {old.id_col or 'id'} then; input "
+                    f"{new.input_cols}, output {new.output_cols}, id {new.id_col or 'id'} now"
                 )
                 continue
+        if (
+            isinstance(old, DatasetPrint)
+            and isinstance(new, DatasetPrint)
+            and old.selection != new.selection
+        ):
+            # Which examples, not how each is computed: the results of examples in both
+            # selections stand; the others run (or are left out).
+            moves.append(
+                f"the selection changed: {_selected(old)} then, {_selected(new)} now; "
+                "the results of examples in this selection are kept and the rest of it runs"
+            )
         old_path, new_path = getattr(old, "path", None), getattr(new, "path", None)
         if old_path != new_path and old_path is not None and new_path is not None:
             moves.append(f"{label} is now {new_path} (it was {old_path}), with the same content")

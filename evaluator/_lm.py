@@ -50,6 +50,7 @@ __all__ = [
     "JudgeModels",
     "KeyedModelConfig",
     "check_keys",
+    "litellm_name",
     "model_config",
     "resolve_models",
     "served",
@@ -186,6 +187,20 @@ def _provider(model: str, option: str) -> tuple[Provider, str]:
     if not name.strip():
         _refuse(option, f"names {model!r}, which has no model after the prefix", model)
     return provider, name
+
+
+def litellm_name(model: str, option: str) -> tuple[str, str, str | None] | None:
+    """A litellm-style name (``openai/gpt-4o-mini``, ``groq/llama-3.1-8b``) as the
+    model's own name, its provider's base URL and the variable its key is in (None: a
+    local server that takes none unless set); None for a name without a known prefix."""
+    prefix, slash, _ = model.partition("/")
+    if not slash or prefix not in PROVIDERS:
+        return None
+    provider, name = _provider(model, option)
+    key_env = provider.key_env
+    if provider.key_optional and key_env is not None and not os.environ.get(key_env):
+        key_env = None
+    return name, _base_url(provider, None, model, option), key_env
 
 
 def _base_url(provider: Provider, given: Any, model: str, option: str) -> str:

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from ._exceptions import STEP_FILE, STEP_SIGNATURE, ContractError
+from ._kinds import EXECUTIONS, KINDS_LISTED, ExecutionKind
 
 __all__ = [
-    "EXECUTIONS",
     "MODEL_SDKS",
     "USER_MODULE_PREFIX",
     "UserFunction",
@@ -43,7 +43,6 @@ __all__ = [
     "load_program",
 ]
 
-EXECUTIONS = ("process", "thread", "async", "inline", "ray")
 #: The name of every user file's module starts with this (see :func:`_module_name`).
 USER_MODULE_PREFIX = "_skynet_user_"
 #: Packages whose calls wait on a model: a module importing one is model-bound.
@@ -65,7 +64,7 @@ class UserFunction:
     arity: int
     is_async: bool
     uses_llm: bool
-    execution: str | None
+    execution: ExecutionKind | None
     reward_spec: Any = field(default=None, repr=False, compare=False)
     has_reward_spec: bool = False
     module: types.ModuleType | None = field(default=None, repr=False, compare=False)
@@ -344,7 +343,7 @@ def load_function(path: str | Path, name: str) -> UserFunction:
     if execution is not None and execution not in EXECUTIONS:
         raise ContractError(
             STEP_FILE,
-            f"EXECUTION = {execution!r} is not one of {', '.join(map(repr, EXECUTIONS))}",
+            f"EXECUTION = {execution!r} is not one of {KINDS_LISTED}",
             path=resolved,
         )
     is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(

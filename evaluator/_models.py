@@ -48,6 +48,13 @@ def budget_source(stats: GovernorStatistics) -> str:
     return stats.budget_source
 
 
+#: How to give a model its price, in words every front end knows: ``ModelConfig``'s and
+#: a models file's keys; ``run``/``check`` spell them ``--price-input``/``--price-output``
+#: and ``judges`` ``--price MODEL=IN,OUT`` (a note is stored in the results file, which
+#: any of them may show, so it names no one command's flag).
+PRICE_HINT = "give the model a price (price_input/price_output, USD per million tokens)"
+
+
 class Models(msgspec.Struct, frozen=True, kw_only=True):
     """Which model serves which stage; any of them may be missing.
 
@@ -96,25 +103,41 @@ class Meter:
         self.rate_limited = 0
         self.notes: list[str] = []
 
+    def _count(self, calls: int, part: Any) -> None:
+        """Add the calls and the counts of ``part`` (a reply or another meter)."""
+        self.calls += calls
+        self.input_tokens += part.input_tokens
+        self.output_tokens += part.output_tokens
+        self.cached_tokens += part.cached_tokens
+        self.reasoning_tokens += part.reasoning_tokens
+        self.queued_ms += part.queued_ms
+        self.retries += part.retries
+        self.rate_limited += int(part.rate_limited)
+
     def add(self, completion: Any) -> None:
-        self.calls += 1
-        self.input_tokens += completion.input_tokens
-        self.output_tokens += completion.output_tokens
-        self.cached_tokens += completion.cached_tokens
-        self.reasoning_tokens += completion.reasoning_tokens
-        self.queued_ms += completion.queued_ms
-        self.retries += completion.retries
-        self.rate_limited += int(completion.rate_limited)
+        self._count(1, completion)
         if completion.cost_usd is None:
             # One unpriced call makes the total unmeasured: never a silent partial sum.
             if self.cost_usd is not None:
                 note = completion.cost_note or f"no price known for model {completion.model!r}"
                 # A missing price is the user's to give; missing or impossible usage is not.
-                fix = "; set --price-input/--price-output" if "price" in note else ""
+                fix = f"; {PRICE_HINT}" if "price" in note else ""
                 self.notes.append(f"cost not measured: {note}{fix}")
             self.cost_usd = None
         elif self.cost_usd is not None:
             self.cost_usd += completion.cost_usd
+
+    def merge(self, other: Meter) -> None:
+        """Add ``other``'s usage to this one's; one unpriced call makes the cost None, and
+        each note is kept once."""
+        self._count(other.calls, other)
+        if other.cost_usd is None:
+            self.cost_usd = None
+        elif self.cost_usd is not None:
+            self.cost_usd += other.cost_usd
+        for note in other.notes:
+            if note not in self.notes:
+                self.notes.append(note)
 
     def add_failure(self, error: Any) -> None:
         """A call given up (an exception, or a routed SDK call's error reply): no reply and
@@ -304,6 +327,19 @@ class ModelRouter:
         if judge is not None:
             self._judge = clients[judge]
 
+    def in_flight_limit(self, stage: Stage) -> Callable[[], int] | None:
+        """The live in-flight limit of ``stage``'s model (None: the stage has none), for
+        the executor that runs its calls: a stage keeps as many calls going as its model
+        admits, not a fixed number."""
+        client = self._program if stage == "run" else self._judge
+        if client is None:
+            return None
+
+        def limit() -> int:
+            return client.in_flight_limit or client.config.max_concurrency
+
+        return limit
+
     def know_key(self, key: str | None) -> None:
         """A key a routed SDK call carried: kept out of results like the configured ones."""
         if key:
@@ -457,6 +493,12 @@ class ModelRouter:
                     rpm=stats.rpm,
                     tpm=stats.tpm,
                     source=budget_source(stats),
+                    in_flight_start=stats.in_flight_start,
+                    in_flight_limit=stats.in_flight_limit,
+                    in_flight_min=stats.in_flight_min,
+                    in_flight_max=stats.in_flight_max,
+                    in_flight_source=stats.in_flight_source,
+                    in_flight_history=stats.in_flight_history,
                 )
             )
         return tuple(budgets)

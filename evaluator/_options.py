@@ -21,11 +21,15 @@ def validate_timeout(
         raise ConfigError(f"must be a number of seconds, got {value!r}", option=name, value=value)
     if upper is not None and not 0 < value <= upper:
         raise ConfigError(
-            f"must be between 0 and {upper:g} seconds, got {value:g}", option=name, value=value
+            f"must be greater than 0 and at most {upper:g} seconds, got {value:g}",
+            option=name,
+            value=value,
         )
     if upper is None and not (0 < value < math.inf):
         raise ConfigError(
-            f"must be a positive number of seconds, got {value:g}", option=name, value=value
+            f"must be a number of seconds greater than 0, got {value:g}",
+            option=name,
+            value=value,
         )
     return float(value)
 

@@ -27,7 +27,9 @@ import msgspec
 from ._results import ERROR_KINDS, Observation, Result, Usage
 
 __all__ = [
+    "FAILURES_KEPT",
     "ClusterSummary",
+    "Failure",
     "Latency",
     "ModelBudget",
     "NamedScore",
@@ -35,9 +37,13 @@ __all__ = [
     "ReportBuilder",
     "StageExecution",
     "combine_clusters",
+    "failure_rows",
     "report_rows",
     "result_cost",
 ]
+
+#: How many failures a report keeps to show (the first ones, in the order they came).
+FAILURES_KEPT = 5
 
 # Latency histogram: buckets of 1 % relative width from 1 µs up; percentiles are read
 # at the bucket's geometric centre, so they are within 0.5 % of the exact value.
@@ -96,20 +102,47 @@ class ModelBudget(msgspec.Struct, frozen=True, kw_only=True):
     roles: tuple[str, ...]
     """What the model served: "program", "judge" (one model may serve both)."""
     max_concurrency: int
+    """The cap on requests in flight (the model's ``max_concurrency``)."""
     rpm: float | None
     tpm: float | None
     source: str
     """ "configured", "learned from headers", "adaptive (429s)" or "none" (no rpm/tpm)."""
+    in_flight_start: int | None = None
+    """The in-flight limit the model started with (None: not known)."""
+    in_flight_limit: int | None = None
+    """The in-flight limit at the end: the budget's rate times the measured latency, or
+    what adaptive growth and back-off reached (``in_flight_source`` says which)."""
+    in_flight_min: int | None = None
+    in_flight_max: int | None = None
+    in_flight_source: str | None = None
+    """ "start", "rate x latency", "adaptive (latency)" or "adaptive (429s)"."""
+    in_flight_history: tuple[tuple[float, int], ...] = ()
+    """(seconds since the model's client opened, limit) at its changes, thinned to a few."""
 
     def describe(self) -> str:
-        """``"64 in flight, 600 rpm, no tpm limit (configured)"``."""
+        """``"64 → 124 in flight (lowest 64, highest 124, cap 1024: rate x latency),
+        3000 rpm, no tpm limit (learned from headers)"``."""
         if self.rpm is None and self.tpm is None:
             limits = "no rpm/tpm limit"
         else:
             rpm = "no rpm limit" if self.rpm is None else f"{self.rpm:g} rpm"
             tpm = "no tpm limit" if self.tpm is None else f"{self.tpm:g} tpm"
             limits = f"{rpm}, {tpm}"
-        return f"{self.max_concurrency} in flight, {limits} ({self.source})"
+        return f"{self.describe_in_flight()}, {limits} ({self.source})"
+
+    def describe_in_flight(self) -> str:
+        """How the in-flight limit moved: ``"64 → 124 in flight (lowest 64, highest 124,
+        cap 1024: rate x latency)"``, or ``"64 in flight (cap 1024)"`` when it stayed."""
+        start, end = self.in_flight_start, self.in_flight_limit
+        cap = self.max_concurrency
+        if start is None or end is None:
+            return f"{cap} in flight"
+        low = self.in_flight_min if self.in_flight_min is not None else min(start, end)
+        high = self.in_flight_max if self.in_flight_max is not None else max(start, end)
+        if low == high:
+            return f"{end} in flight (cap {cap})"
+        why = f": {self.in_flight_source}" if self.in_flight_source else ""
+        return f"{start} → {end} in flight (lowest {low}, highest {high}, cap {cap}{why})"
 
 
 class ClusterSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -233,6 +266,37 @@ class _CacheTally:
         )
 
 
+class Failure(msgspec.Struct, frozen=True):
+    """One failed example as a report lists it: its id, the error's kind and message."""
+
+    example_id: Any
+    kind: str
+    message: str
+
+    @classmethod
+    def of(cls, result: Result) -> Failure | None:
+        """The failure of ``result``, or None when it scored."""
+        error = result.error
+        return None if error is None else cls(result.example_id, error.kind, error.message)
+
+
+def failure_rows(
+    failures: Iterable[Failure], *, width: int | None = None
+) -> list[tuple[str, str, str]]:
+    """Failures as (id, kind, message) rows; ``width`` puts each message on one line of
+    at most that many characters (the terminal summary); None keeps it whole."""
+    rows: list[tuple[str, str, str]] = []
+    for f in failures:
+        message = f.message.strip()
+        if width is not None:
+            message = " ".join(message.split())
+            if len(message) > width:
+                message = message[: width - 1] + "…"
+        ident = f.example_id if isinstance(f.example_id, str) else repr(f.example_id)
+        rows.append((ident, f.kind, message))
+    return rows
+
+
 class Report(msgspec.Struct, frozen=True, kw_only=True):
     """Counts, means, latency, throughput and cost of one evaluation."""
 
@@ -270,6 +334,8 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     """The Ray cluster's part, for a run with a stage on ``execution="ray"``."""
     cache: CacheSummary | None = None
     """Requested vs executed examples and the cost the cache saved (None: no cache)."""
+    failures: tuple[Failure, ...] = ()
+    """The first failed examples (at most ``FAILURES_KEPT``), in the order they came."""
 
     @property
     def error_count(self) -> int:
@@ -350,14 +416,17 @@ class ReportBuilder:
         self._first_new: float | None = None
         self._new = 0
         self._cache = _CacheTally()
+        self._failures: list[Failure] = []
 
-    def add(self, result: Result, *, resumed: bool = False) -> None:
-        """Count one result. ``resumed``: it came from an earlier run (not in throughput)."""
+    def add(self, result: Result, *, resumed: bool = False, timed: bool = True) -> None:
+        """Count one result. ``resumed``: it came from an earlier run (not in throughput);
+        ``timed`` False: made before the clock started (the contract check's examples),
+        so counted but not in throughput either."""
         self.n += 1
         if resumed:
             self.resumed += 1
         else:
-            self._new += 1
+            self._new += timed
             self._cache.add(result)
         error = result.error
         if error is None:
@@ -370,6 +439,8 @@ class ReportBuilder:
         else:
             self._sum_all += result.score
             self.errors[error.kind] = self.errors.get(error.kind, 0) + 1
+            if len(self._failures) < FAILURES_KEPT:
+                self._failures.append(Failure(result.example_id, error.kind, error.message))
         self._add_program(result.observation)
         if result.metric_ms is not None:
             self._metric.add(result.metric_ms)
@@ -414,10 +485,12 @@ class ReportBuilder:
         else:
             self.judge_cost += judge.cost_usd
 
-    def add_many(self, results: Iterable[Result], *, resumed: bool = False) -> None:
+    def add_many(
+        self, results: Iterable[Result], *, resumed: bool = False, timed: bool = True
+    ) -> None:
         add = self.add
         for result in results:
-            add(result, resumed=resumed)
+            add(result, resumed=resumed, timed=timed)
 
     # The clock is a default argument, bound when the engine is imported: user code in the
     # engine's process that patches time.perf_counter does not change a run's wall time.
@@ -483,6 +556,7 @@ class ReportBuilder:
             model_budgets=model_budgets,
             cluster=cluster,
             cache=self._cache.summary(cache),
+            failures=tuple(self._failures),
         )
 
 

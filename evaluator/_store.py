@@ -33,7 +33,7 @@ from typing import Any
 import msgspec
 
 from ._exceptions import ResultsFileError, ResultsLocked, ResultsWriteError, ResumeMismatch
-from ._fingerprint import FORMAT_VERSION, HEADER_KEY, Fingerprints, ResultsHeader, compare
+from ._fingerprint import FORMAT_VERSION, HEADER_KEY, Fingerprints, ResultsHeader, RunEnd, compare
 from ._results import Result
 from ._resultsfile import (
     Reader,
@@ -103,6 +103,8 @@ class ResultsWriter:
         self.changed = 0
         self.notes: list[str] = []
         self._header = header
+        #: What this run evaluates (set by open_results): the line :meth:`finish` writes.
+        self.fingerprints: Fingerprints | None = None
         self._fh: Any = None  # a raw binary file (io.FileIO), or a stand-in in tests
         self._end = 0
         self._broken: ResultsWriteError | None = None
@@ -193,6 +195,27 @@ class ResultsWriter:
             self.changes.extend(changes[: max(room, 0)])
         return changes
 
+    def finish(self, ended: RunEnd) -> bool:
+        """Append the line that says how the run ended (its wall time and throughput,
+        read by ``skynet-eval report``): a header with this run's fingerprints and
+        ``ended``. Nothing when this writer wrote no result, knows no fingerprints, or
+        its file failed; False when the line could not be written (the results stand)."""
+        if self._fh is None or self._broken is not None or not self.written:
+            return True
+        if self.fingerprints is None:
+            return True
+        header = ResultsHeader.new(
+            self.fingerprints, note="the end of a run: its wall time and throughput", ended=ended
+        )
+        data = _encode_header(header)
+        try:
+            _write_all(self._fh, data)
+        except OSError:
+            self._undo()
+            return False
+        self._end += len(data)
+        return True
+
     def _failed(self, cause: OSError) -> ResultsWriteError:
         return ResultsWriteError(self.path, self.written, self.in_file, cause)
 
@@ -263,6 +286,7 @@ def open_results(
     """
     header = ResultsHeader.new(fingerprints) if fingerprints is not None else None
     writer = ResultsWriter(path, header=header)
+    writer.fingerprints = fingerprints
     writer._open()
     try:
         resumed = _resume(writer, fingerprints, resume, force, dataset_ids, on_result)
@@ -345,6 +369,8 @@ def _check_prints(
         if changes and not force:
             raise ResumeMismatch(writer.path, changes, info.counted)
         resumed.forced.extend(changes)
+        if _selection(header.fingerprints) != _selection(prints):
+            note = "appended by a resume with another selection of the dataset's examples"
     if resumed.forced:
         notes.append(
             f"resuming anyway (forced): kept {info.counted} result(s) made with other "
@@ -356,6 +382,10 @@ def _check_prints(
         writer._header = None  # the file's header already describes this run
     else:
         writer._header = msgspec.structs.replace(writer._header, note=note)
+
+
+def _selection(prints: Fingerprints) -> Any:
+    return None if prints.dataset is None else prints.dataset.selection
 
 
 def _repair(writer: ResultsWriter, info: ResultsScan, notes: list[str] | None = None) -> None:
@@ -380,8 +410,8 @@ def _repair(writer: ResultsWriter, info: ResultsScan, notes: list[str] | None = 
 def _count_notes(info: ResultsScan, dataset_ids: Collection[Any] | None, notes: list[str]) -> None:
     if info.foreign:
         notes.append(
-            f"ignored {info.foreign} result line(s) for ids that are not in the dataset "
-            "(left in the file, not counted)"
+            f"ignored {info.foreign} result line(s) for ids that are not in the dataset, "
+            "or not in this run's selection of it (left in the file, not counted)"
         )
     if info.duplicates:
         notes.append(

@@ -282,6 +282,11 @@ class ModelClient:
             )
         return self._governor.statistics()
 
+    @property
+    def in_flight_limit(self) -> int | None:
+        """The shared governor's in-flight limit now (None before the client opens)."""
+        return None if self._governor is None else self._governor.in_flight_limit
+
     # -- the call ------------------------------------------------------------------------
 
     def _build(
@@ -479,7 +484,9 @@ class ModelClient:
                 if failure.status == 429:
                     # A 429 no retry helps (quota, a request too large) is no congestion.
                     bare = failure.retryable and not hinted
-                    governor.note_rate_limited(0.0, hinted=not bare, epoch=permit.epoch)
+                    governor.note_rate_limited(
+                        0.0, hinted=not bare, epoch=permit.epoch, admitted=permit.admitted
+                    )
                 return failure
             wait = failure.wait
             if wait is None:
@@ -489,7 +496,9 @@ class ModelClient:
             if failure.status == 429:
                 # One pause for everyone: the governor holds every caller (this one
                 # included, on its next acquire) until it ends.
-                governor.note_rate_limited(wait, hinted=hinted, epoch=permit.epoch)
+                governor.note_rate_limited(
+                    wait, hinted=hinted, epoch=permit.epoch, admitted=permit.admitted
+                )
                 if not hinted and governor.adapting:
                     # A bare 429 under AIMD is the governor's probe: the next probe is
                     # another caller's, so that no one call spends its retries on them.

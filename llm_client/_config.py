@@ -61,7 +61,10 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
     refused when the key is read, rather than sent OpenAI's key.
 
     Limits: ``rpm``/``tpm`` (None: unlimited) feed the rate governor shared by every client
-    of the same (base URL, key, model); ``max_concurrency`` caps requests in flight.
+    of the same (base URL, key, model); ``max_concurrency`` caps requests in flight: the
+    governor keeps in flight what the budget allows at the measured latency (Little's law),
+    or, with no budget known, grows while latency stays flat (``_concurrency.py``),
+    starting from 64 and never past this cap.
     ``rate_margin`` paces that fraction below ``rpm``/``tpm``, so that arrival jitter
     between this process and the server's own window does not trip the server's limiter.
     ``timeout`` bounds one HTTP attempt, ``deadline`` (None: none) the whole call including
@@ -79,7 +82,7 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
     api_key_env: str | msgspec.UnsetType | None = msgspec.UNSET
     rpm: float | None = None
     tpm: float | None = None
-    max_concurrency: int = 64
+    max_concurrency: int = 1024
     rate_margin: float = 0.02
     timeout: float = 60.0
     deadline: float | None = None

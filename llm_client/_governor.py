@@ -49,6 +49,7 @@ from typing import Any
 import msgspec
 
 from ._budget import Adaptive, BudgetSource, read_limits
+from ._concurrency import ConcurrencyController, LimitSource
 from ._exceptions import RequestTooLargeError
 from ._fair import FairQueue, current_share
 
@@ -80,6 +81,15 @@ class GovernorStatistics(msgspec.Struct, frozen=True, kw_only=True):
     queued_s: float  # total time callers spent waiting for admission
     paused_for_s: float  # time left in the current shared pause (0 if none)
     tenants: int = 0  # tenants with a caller queued (see ``_fair.py``)
+    # The in-flight limit (``_concurrency.py``): now, its start, lowest and highest so far,
+    # what set it last, and (seconds since the governor began, limit) at its changes.
+    in_flight_limit: int = 0
+    in_flight_start: int = 0
+    in_flight_min: int = 0
+    in_flight_max: int = 0
+    in_flight_source: LimitSource = "start"
+    in_flight_history: tuple[tuple[float, int], ...] = ()
+    latency_s: float | None = None  # mean reply latency of the last round measured
 
 
 class _Bucket:
@@ -126,12 +136,13 @@ class Permit:
     episode is news, one of an older permit is not.
     """
 
-    __slots__ = ("_released", "epoch", "queued_s", "tokens")
+    __slots__ = ("_released", "admitted", "epoch", "queued_s", "tokens")
 
-    def __init__(self, tokens: int, queued_s: float, epoch: int = 0) -> None:
+    def __init__(self, tokens: int, queued_s: float, epoch: int = 0, admitted: float = 0.0) -> None:
         self.tokens = tokens
         self.queued_s = queued_s
         self.epoch = epoch
+        self.admitted = admitted  # the governor's clock at admission
         self._released = False
 
 
@@ -154,7 +165,7 @@ class RateGovernor:
         *,
         rpm: float | None = None,
         tpm: float | None = None,
-        max_concurrency: int = 64,
+        max_concurrency: int = 1024,
         margin: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -170,6 +181,8 @@ class RateGovernor:
         self._tokens_admitted = 0
         self._max_concurrency = max_concurrency
         now = clock()
+        self._limit = ConcurrencyController(max_concurrency, now)
+        self._tokens_per_request: float | None = None  # mean used, for rate x latency
         self._requests = _Bucket(self._rate(rpm), self.BURST, now) if rpm else None
         self._tokens = _Bucket(self._rate(tpm), 0.0, now) if tpm else None
         self._queue: FairQueue[_Waiter] = FairQueue(_left)
@@ -201,6 +214,11 @@ class RateGovernor:
     def tpm(self) -> float | None:
         return self._tpm
 
+    @property
+    def in_flight_limit(self) -> int:
+        """Attempts admitted at once now (``_concurrency.py``), at most ``max_concurrency``."""
+        return self._limit.value
+
     def tighten(
         self, *, rpm: float | None, tpm: float | None, max_concurrency: int, margin: float
     ) -> None:
@@ -229,6 +247,8 @@ class RateGovernor:
             self._tokens.refill(now)
             self._tokens.rate = self._rate(self._tpm)
         self._max_concurrency = min(self._max_concurrency, max_concurrency)
+        self._limit.set_cap(self._max_concurrency, now)
+        self._sync_rate(now)
         self._dispatch()
 
     # -- admission -----------------------------------------------------------------------
@@ -248,11 +268,11 @@ class RateGovernor:
             )
         now = self._clock()
         share = current_share()
-        if not self._waiting and self._in_flight < self._max_concurrency and self._admits(now):
+        if not self._waiting and self._in_flight < self._limit.value and self._admits(now):
             # Nobody queued and the budgets allow it: admit at once, without a future.
             self._queue.charge(share, self._cost(tokens))
             self._admit(tokens, now)
-            return Permit(tokens, 0.0, self._epoch)
+            return Permit(tokens, 0.0, self._epoch, now)
         loop = asyncio.get_running_loop()
         waiter = _Waiter(tokens, loop.create_future(), now)
         self._queue.push(share, waiter, next(self._seq) if seq is None else seq)
@@ -272,7 +292,7 @@ class RateGovernor:
             raise
         queued = max(0.0, admitted_at - waiter.enqueued)
         self._queued_s += queued
-        return Permit(tokens, queued, self._epoch)
+        return Permit(tokens, queued, self._epoch, admitted_at)
 
     def release(self, permit: Permit, used_tokens: int | None) -> None:
         """Settle an attempt: free its slot; refund or correct its token reservation.
@@ -285,9 +305,16 @@ class RateGovernor:
         permit._released = True
         self._in_flight -= 1
         self._tokens_reserved -= permit.tokens
+        now = self._clock()
+        if used_tokens is not None:
+            # A reply: its latency is what the in-flight limit is measured by.
+            self._limit.finished(max(0.0, now - permit.admitted), now)
+            mean = self._tokens_per_request
+            self._tokens_per_request = (
+                float(used_tokens) if mean is None else mean + 0.1 * (used_tokens - mean)
+            )
         bucket = self._tokens
         if bucket is not None:
-            now = self._clock()
             bucket.refill(now)
             correction = permit.tokens if used_tokens is None else permit.tokens - used_tokens
             bucket.level = min(bucket.capacity, bucket.level + correction)
@@ -298,8 +325,9 @@ class RateGovernor:
             and used_tokens is not None
             and permit.epoch == self._epoch
         ):
-            adaptive.recovered(self._clock())
+            adaptive.recovered(now)
             self._apply_adaptive()
+        self._sync_rate(now)
         self._dispatch()
 
     # -- learning the budget ---------------------------------------------------------------
@@ -321,6 +349,7 @@ class RateGovernor:
             self._learn_tokens(hints.tpm, hints.remaining_tokens, now)
             learned = True
         if learned:
+            self._sync_rate(now)
             self._dispatch()
 
     @property
@@ -372,7 +401,12 @@ class RateGovernor:
         self._rpm_source = "adaptive (429s)"
 
     def note_rate_limited(
-        self, wait_s: float, *, hinted: bool = True, epoch: int | None = None
+        self,
+        wait_s: float,
+        *,
+        hinted: bool = True,
+        epoch: int | None = None,
+        admitted: float | None = None,
     ) -> None:
         """A 429 came back: everyone waiting on this governor pauses for ``wait_s``.
 
@@ -380,13 +414,15 @@ class RateGovernor:
         until the pause ends, so the callers resume one at a time at the configured pace
         rather than together (which is how a retry storm starts).
 
-        ``epoch`` is the refused attempt's :attr:`Permit.epoch`: a 429 to a request sent
-        before the last episode began is part of that episode, not news. A bare 429
-        (``hinted`` False: no retry-after, no rate-limit header) with no budget configured
-        or learned drives the AIMD rate down and sets the pause (``_budget.py``).
+        ``admitted`` is the refused attempt's :attr:`Permit.admitted` (None: now), for the
+        in-flight limit. ``epoch`` is the refused attempt's :attr:`Permit.epoch`: a 429
+        to a request sent before the last episode began is part of that episode, not news.
+        A bare 429 (``hinted`` False: no retry-after, no rate-limit header) with no budget
+        configured or learned drives the AIMD rate down and sets the pause (``_budget.py``).
         """
         self._rate_limited += 1
         now = self._clock()
+        self._limit.refused(now if admitted is None else admitted, now)
         news = epoch is None or epoch >= self._epoch
         if news:
             self._epoch += 1
@@ -433,12 +469,14 @@ class RateGovernor:
         adaptive = self._adaptive
         if adaptive is not None and adaptive.rate is not None and requests is not None:
             # Callers are queued: the rate may grow, unless the cap or a pause holds them.
-            hungry = self._in_flight < self._max_concurrency and now >= self._paused_until
+            hungry = self._in_flight < self._limit.value and now >= self._paused_until
             adaptive.grow(now, hungry=hungry)
             requests.refill(now)
             requests.rate = adaptive.rate
+        limit = self._limit
         while (head := queue.peek()) is not None:
-            if self._in_flight >= self._max_concurrency:
+            if self._in_flight >= limit.value:
+                limit.held()
                 return  # release() dispatches again
             wait = self._paused_until - now
             if requests is not None:
@@ -481,9 +519,23 @@ class RateGovernor:
         if self._adaptive is not None:
             self._adaptive.admitted(now)
         self._in_flight += 1
+        self._limit.admitted(self._in_flight)
         self._tokens_reserved += tokens
         self._tokens_admitted += tokens
         self._requests_sent += 1
+
+    def _sync_rate(self, now: float) -> None:
+        """Tell the in-flight limit the request rate the budgets allow (None: none)."""
+        rate: float | None = None
+        requests, tokens = self._requests, self._tokens
+        if requests is not None and requests.rate > 0:
+            rate = requests.rate
+        if tokens is not None and tokens.rate > 0:
+            per = self._tokens_per_request
+            if per is not None and per > 0:
+                by_tokens = tokens.rate / per
+                rate = by_tokens if rate is None else min(rate, by_tokens)
+        self._limit.set_rate(rate, now)
 
     def _arm(self, now: float, wait: float) -> None:
         # Timers fire with the loop's granularity (1 ms under uvloop), possibly a hair
@@ -504,6 +556,7 @@ class RateGovernor:
 
     def statistics(self) -> GovernorStatistics:
         now = self._clock()
+        limit = self._limit
         adaptive = self._adaptive
         rpm = self._rpm
         if adaptive is not None and adaptive.rate is not None:
@@ -526,6 +579,13 @@ class RateGovernor:
             queued_s=self._queued_s,
             paused_for_s=max(0.0, self._paused_until - now),
             tenants=self._queue.tenants(),
+            in_flight_limit=limit.value,
+            in_flight_start=limit.history[0][1],
+            in_flight_min=limit.low,
+            in_flight_max=limit.high,
+            in_flight_source=limit.source,
+            in_flight_history=tuple(limit.history),
+            latency_s=limit.latency,
         )
 
 

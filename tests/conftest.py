@@ -80,3 +80,17 @@ def _no_resource_tracker_left() -> Any:
     tracker = resource_tracker._resource_tracker
     if getattr(tracker, "_pid", None) is not None:
         tracker._stop()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _runs_folder(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """`skynet-eval run` without --output keeps its results under runs/: in tests, under
+    a temporary folder of this session (child processes inherit it), never the checkout."""
+    folder = tmp_path_factory.mktemp("runs")
+    before = os.environ.get("SKYNET_EVAL_RUNS_DIR")
+    os.environ["SKYNET_EVAL_RUNS_DIR"] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop("SKYNET_EVAL_RUNS_DIR", None)
+    else:
+        os.environ["SKYNET_EVAL_RUNS_DIR"] = before

@@ -100,20 +100,74 @@ def build_parser() -> argparse.ArgumentParser:
         prog="skynet-eval",
         description="An async, high-throughput evaluation engine for optimizer loops.",
     )
+    parser.add_argument("--version", action="version", version=f"skynet-eval {_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for command in COMMANDS:
         sub = subparsers.add_parser(
             command.name, help=command.options.HELP, description=command.options.DESCRIPTION
         )
         command.options.add_arguments(sub)
-        sub.set_defaults(cli_command=command, cli_flags=flag_names(sub))
+        sub.set_defaults(cli_command=command, cli_flags=flag_names(sub), cli_parser=sub)
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (``unknown`` when run from a bare checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("skynet-eval")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The words as a namespace; a word no flag takes is the subcommand's usage error
+    (its usage printed, not the top level's, which lists the commands). No words at all:
+    the whole help (on stderr, exit 2: no command ran)."""
+    words = sys.argv[1:] if argv is None else list(argv)
+    if not words:
+        parser.print_help(sys.stderr)
+        parser.exit(EXIT_USAGE)
+    words = _with_config(parser, words)
+    args, extra = parser.parse_known_args(words)
+    if extra:
+        sub: argparse.ArgumentParser = getattr(args, "cli_parser", parser)
+        sub.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def _with_config(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
+    """``words`` with a ``--config FILE``'s flags put in just after the command (before
+    the command line's own, which win); a bad file is the command's usage error."""
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    at = next((i for i, w in enumerate(words) if w in subs.choices), None)
+    if at is None:
+        return words
+    from ._config import FLAG, config_words
+
+    rest = words[at + 1 :]
+    path = None
+    for i, word in enumerate(rest):
+        if word == FLAG and i + 1 < len(rest):
+            path = rest[i + 1]
+        elif word.startswith(FLAG + "="):
+            path = word.split("=", 1)[1]
+    sub = subs.choices[words[at]]
+    if path is None or "config" not in flag_names(sub):
+        return words
+
+    try:
+        extra = config_words(path, sub, rest)
+    except ConfigError as exc:
+        sub.exit(EXIT_USAGE, f"{sub.prog}: error: {exc}\n")
+    return [*words[: at + 1], *extra, *rest]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line on ``argv`` (default ``sys.argv[1:]``); the exit code."""
     try:
-        args = build_parser().parse_args(argv)
+        args = _parse(build_parser(), argv)
     except SystemExit as exc:  # --help, or a usage error already printed: a code, not a raise
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
     command: Command = args.cli_command
@@ -134,7 +188,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
 
 
+#: The commands that call models: ``.env`` is read for their keys first.
+_READS_DOTENV = frozenset({"check", "run", "judges"})
+
+
 def _execute(command: Command, args: argparse.Namespace) -> int:
+    if command.name in _READS_DOTENV:
+        from ._config import read_dotenv
+
+        read_dotenv()  # never over a variable already set
     options = command.options.from_args(args)
     module = importlib.import_module(command.module)
     with _one_line_warnings(command.name):

@@ -16,22 +16,25 @@ imported, only inside ``from_args``.
 from __future__ import annotations
 
 import argparse
+import datetime
 import math
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 from evaluator import ConfigError
+from evaluator._kinds import EXECUTIONS
 from evaluator._options import MAX_TIMEOUT, validate_ray_address, validate_timeout
 
 if TYPE_CHECKING:
     from evaluator import Example
+    from evaluator._dataset import Selection
     from evaluator._judges import JudgeSpec
     from llm_client import SimulatorConfig
 
 __all__ = [
-    "EXECUTIONS",
     "CheckOptions",
     "CommandOptions",
     "DataOptions",
@@ -40,13 +43,11 @@ __all__ = [
     "RunOptions",
     "ServingOptions",
     "SimulatorOptions",
-    "engine_limits",
 ]
 
-EXECUTIONS = ("process", "thread", "async", "inline", "ray")
 DEFAULT_TIMEOUT = 60.0
+DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 OPENAI_BASE_URL = "https://api.openai.com/v1"
-OPENAI_KEY_ENV = "OPENAI_API_KEY"
 _NEEDS_A_MODEL = "add --model, --metric-model or --reflection-model"
 
 
@@ -244,6 +245,104 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="COLS",
         help="flat rows: the expected-output column(s); `expected` is keyed by these names",
     )
+    parser.add_argument(
+        "--id-col",
+        metavar="COL",
+        help="flat rows: the column holding each row's id (default: id; else the row's position)",
+    )
+    few = parser.add_argument_group("try a few examples first (one of)")
+    which = few.add_mutually_exclusive_group()
+    which.add_argument("--limit", type=int, metavar="N", help="only the first N examples")
+    which.add_argument(
+        "--sample", type=int, metavar="N", help="N examples drawn at random (see --seed)"
+    )
+    which.add_argument(
+        "--ids",
+        type=columns,
+        action="extend",
+        metavar="IDS",
+        help="only the examples with these ids, comma separated or repeated",
+    )
+    few.add_argument(
+        "--seed",
+        type=int,
+        metavar="S",
+        help="the seed of --sample (default 0): same seed, same rows",
+    )
+
+
+def _add_metric_timeout_argument(parser: Any) -> None:
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        help=f"metric timeout, s (default 60, max {MAX_TIMEOUT:g})",
+    )
+
+
+def _add_program_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--program`` and its artifact (``--artifact FILE`` or ``--artifact-text``)."""
+    parser.add_argument("--program", metavar="FILE", help="program file (`run(artifact, input)`)")
+    artifact = parser.add_mutually_exclusive_group()
+    artifact.add_argument(
+        "--artifact", metavar="FILE", help="the candidate artifact: .json is parsed, else text"
+    )
+    artifact.add_argument("--artifact-text", metavar="TEXT", help="the artifact as text")
+
+
+def _add_execution_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where and how long the metric and the program run (``run`` and ``check``)."""
+    _add_metric_timeout_argument(parser)
+    parser.add_argument("--program-timeout", type=float, help="program timeout, s (default 600)")
+    parser.add_argument(
+        "--execution",
+        choices=EXECUTIONS,
+        help="where the metric runs (default: the file's EXECUTION, else by its kind)",
+    )
+    parser.add_argument("--program-execution", choices=EXECUTIONS, help="where the program runs")
+
+
+def _add_model_arguments(models: Any) -> None:
+    """The models the program and the metric call (``run`` and ``check``)."""
+    models.add_argument("--model", help="the program model")
+    models.add_argument("--metric-model", help="the metric (judge) model")
+    models.add_argument("--reflection-model", help="the reflection model")
+    models.add_argument("--base-url", help="OpenAI-compatible base URL of --model")
+    models.add_argument("--metric-base-url", help="base URL of --metric-model")
+    models.add_argument("--reflection-base-url", help="base URL of --reflection-model")
+    models.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="environment variable holding the API key of every model given (default "
+        "OPENAI_API_KEY, sent only to OpenAI's base URL); 'none' for a server without keys",
+    )
+    models.add_argument("--rpm", type=float, help="requests per minute per model")
+    models.add_argument("--tpm", type=float, help="tokens per minute per model")
+    models.add_argument("--price-input", type=float, help="USD per 1M input tokens (override)")
+    models.add_argument("--price-output", type=float, help="USD per 1M output tokens (override)")
+    _add_simulator_argument(models)
+
+
+def _program_timeout(args: argparse.Namespace) -> float | None:
+    if args.program_timeout is None:
+        return None
+    return validate_timeout(args.program_timeout, "program_timeout", upper=None)
+
+
+def _program_and_artifact(args: argparse.Namespace) -> tuple[str | None, Any]:
+    program = _file(args.program, "--program")
+    if program is None and (args.artifact is not None or args.artifact_text is not None):
+        raise ConfigError("--artifact is used by a program: add --program FILE")
+    return program, _artifact(args.artifact, args.artifact_text)
+
+
+def _add_config_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        metavar="FILE.toml",
+        help="read the flags from a TOML file: every flag is a key (metric-model = "
+        '"judge-mini"), relative paths are the file\'s; flags given here win',
+    )
 
 
 def _add_simulator_argument(parser: Any) -> None:
@@ -266,6 +365,8 @@ class DataOptions:
     path: str
     input_cols: tuple[str, ...] | None = None
     output_cols: tuple[str, ...] | None = None
+    selection: Selection | None = None
+    id_col: str | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> DataOptions:
@@ -276,13 +377,56 @@ class DataOptions:
             path=args.data,
             input_cols=tuple(args.input_cols) if args.input_cols else None,
             output_cols=tuple(args.output_cols) if args.output_cols else None,
+            selection=_selection(args),
+            id_col=_id_col(args),
         )
 
     def examples(self) -> Iterator[Example]:
-        """The dataset's examples, read as they are consumed."""
+        """The dataset's examples (those of the selection), read as they are consumed."""
         from evaluator import load_examples
 
-        return load_examples(self.path, input_cols=self.input_cols, output_cols=self.output_cols)
+        def every() -> Iterator[Example]:
+            return load_examples(
+                self.path,
+                input_cols=self.input_cols,
+                output_cols=self.output_cols,
+                id_col=self.id_col,
+            )
+
+        return every() if self.selection is None else self.selection.select(every)
+
+
+def _id_col(args: argparse.Namespace) -> str | None:
+    if args.id_col is None:
+        return None
+    if not args.id_col.strip():
+        raise ConfigError("must name a column, got ''", option="id_col", value=args.id_col)
+    if not args.input_cols:
+        raise ConfigError(
+            "names the id column of flat rows: add --input-cols (a canonical row's id is its 'id')",
+            option="id_col",
+        )
+    return str(args.id_col)
+
+
+def _selection(args: argparse.Namespace) -> Selection | None:
+    """``--limit``, ``--sample``/``--seed`` or ``--ids``; None for every example."""
+    from evaluator._dataset import Selection
+
+    if args.seed is not None and args.sample is None:
+        raise ConfigError("is the seed of --sample: add --sample N", option="seed")
+    for dest in ("limit", "sample"):
+        value = getattr(args, dest)
+        if value is not None and value < 1:
+            raise ConfigError(f"must be 1 or more, got {value}", option=dest, value=value)
+    if args.limit is None and args.sample is None and not args.ids:
+        return None
+    return Selection(
+        limit=args.limit,
+        sample=args.sample,
+        seed=None if args.sample is None else (args.seed or 0),
+        ids=list(dict.fromkeys(args.ids)) if args.ids else None,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +440,9 @@ class ModelRequest:
     base_url: str | None = None
     price_input: float | None = None
     price_output: float | None = None
+    #: The key variable of a litellm-style name's provider (``groq/...``: GROQ_API_KEY),
+    #: used unless --api-key-env names another; "" for a local server without a key.
+    key_env: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -304,7 +451,7 @@ class ServingOptions:
     is, their limits, and the ``--simulator`` that serves them all instead."""
 
     models: tuple[ModelRequest, ...] = ()
-    api_key_env: str | None = "OPENAI_API_KEY"
+    api_key_env: str | None = DEFAULT_KEY_ENV
     #: True when ``--api-key-env`` was not given: the variable is then OpenAI's, and its
     #: key goes to OpenAI's base URL only (a model at another is refused by the serving step).
     default_key_env: bool = False
@@ -321,7 +468,7 @@ class ServingOptions:
             _zero_or_more(request.price_output, "price_output")
         return cls(
             models=tuple(models),
-            api_key_env=_key_env(OPENAI_KEY_ENV if args.api_key_env is None else args.api_key_env),
+            api_key_env=_key_env(DEFAULT_KEY_ENV if args.api_key_env is None else args.api_key_env),
             default_key_env=args.api_key_env is None,
             rpm=args.rpm,
             tpm=args.tpm,
@@ -360,10 +507,9 @@ class CacheOptions:
         directory = check_directory(args.directory, option="directory")
         if not (directory / CACHE_FILE).is_file():
             raise ConfigError(
-                f"holds no result cache ({CACHE_FILE} is not there); give the DIR that "
-                "`skynet-eval run --cache DIR` was given",
-                option="directory",
-                value=args.directory,
+                f"{args.directory} holds no result cache (looked for "
+                f"{directory / CACHE_FILE}); give the DIR that `skynet-eval run --cache DIR` "
+                "was given"
             )
         return cls(action=args.action, directory=str(directory), json=args.json)
 
@@ -373,37 +519,65 @@ class CacheOptions:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CheckOptions:
-    """``skynet-eval check METRIC --data FILE``."""
+    """``skynet-eval check METRIC --data FILE``: with the models, simulator and prices
+    of ``run`` (the same flags), so a judge metric is checked as it will run."""
 
     HELP: ClassVar[str] = "run the metric contract check"
-    DESCRIPTION: ClassVar[str] = "Check a metric file against the contract on the first 3 examples."
+    DESCRIPTION: ClassVar[str] = (
+        "Check a metric file (and a program, with --program) against the contract on the "
+        "first 3 examples, with the models a run would give them."
+    )
 
     metric: str
     data: DataOptions
+    program: str | None = None
+    artifact: Any = None
     timeout: float = DEFAULT_TIMEOUT
+    program_timeout: float | None = None
+    execution: str | None = None
+    program_execution: str | None = None
+    serving: ServingOptions = ServingOptions()
     json: bool = False
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("metric", metavar="METRIC", help="the metric file (defines `score`)")
-        _add_data_arguments(parser)
         parser.add_argument(
-            "--timeout",
-            type=float,
-            default=DEFAULT_TIMEOUT,
-            help=f"metric timeout in seconds (default 60, at most {MAX_TIMEOUT:g})",
+            "metric_file", nargs="?", metavar="METRIC", help="the metric file (defines `score`)"
         )
+        parser.add_argument(
+            "--metric", metavar="FILE", help="the metric file, as `run` names it (or METRIC)"
+        )
+        _add_program_arguments(parser)
+        _add_data_arguments(parser)
+        _add_execution_arguments(parser)
+        _add_model_arguments(parser.add_argument_group("models (skynet.llm)"))
         parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+        _add_config_argument(parser)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Self:
         timeout = validate_timeout(args.timeout, "timeout")
-        if not Path(args.metric).is_file():
-            raise ConfigError(f"metric file {args.metric!r} does not exist")
+        program_timeout = _program_timeout(args)
+        if args.metric_file is not None and args.metric is not None:
+            raise ConfigError(
+                f"two metric files ({args.metric_file} and --metric {args.metric}): give one"
+            )
+        path = args.metric if args.metric is not None else args.metric_file
+        if path is None:
+            raise ConfigError("needs the metric file: skynet-eval check METRIC --data FILE")
+        if not Path(path).is_file():
+            raise ConfigError(f"metric file {path!r} does not exist")
+        program, artifact = _program_and_artifact(args)
         return cls(
-            metric=args.metric,
+            metric=path,
             data=DataOptions.from_args(args),
+            program=program,
+            artifact=artifact,
             timeout=timeout,
+            program_timeout=program_timeout,
+            execution=args.execution,
+            program_execution=args.program_execution,
+            serving=ServingOptions.from_args(args, _run_models(args)),
             json=args.json,
         )
 
@@ -428,7 +602,10 @@ class RunOptions:
     artifact: Any = None
     artifact_path: str | None = None
     output: str | None = None
+    """The results file: --output, else a new one under runs/ (None only for a
+    struct made by hand)."""
     output_notes: tuple[str, ...] = ()
+    output_defaulted: bool = False
     resume: bool = False
     force: bool = False
     report: str | None = None
@@ -447,16 +624,13 @@ class RunOptions:
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--metric", required=True, metavar="FILE", help="metric file (`score`)")
-        parser.add_argument(
-            "--program", metavar="FILE", help="program file (`run(artifact, input)`)"
-        )
-        artifact = parser.add_mutually_exclusive_group()
-        artifact.add_argument(
-            "--artifact", metavar="FILE", help="the candidate artifact: .json is parsed, else text"
-        )
-        artifact.add_argument("--artifact-text", metavar="TEXT", help="the artifact as text")
+        _add_program_arguments(parser)
         _add_data_arguments(parser)
-        parser.add_argument("--output", metavar="FILE", help="append results here (JSON Lines)")
+        parser.add_argument(
+            "--output",
+            metavar="FILE",
+            help="append results here (JSON Lines; default: a new file under runs/)",
+        )
         parser.add_argument(
             "--resume", action="store_true", help="skip the examples already in --output"
         )
@@ -472,30 +646,15 @@ class RunOptions:
             help="also write the run's HTML report here (as `skynet-eval report` does)",
         )
         RunOptions._add_engine_arguments(parser)
-        RunOptions._add_model_arguments(parser.add_argument_group("models (skynet.llm)"))
+        _add_model_arguments(parser.add_argument_group("models (skynet.llm)"))
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
+        _add_config_argument(parser)
 
     @staticmethod
     def _add_engine_arguments(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--timeout",
-            type=float,
-            default=DEFAULT_TIMEOUT,
-            help=f"metric timeout, s (default 60, max {MAX_TIMEOUT:g})",
-        )
-        parser.add_argument(
-            "--program-timeout", type=float, help="program timeout, s (default 600)"
-        )
+        _add_execution_arguments(parser)
         parser.add_argument("--workers", type=int, help="worker threads or processes")
         parser.add_argument("--concurrency", type=int, help="examples in flight at most")
-        parser.add_argument(
-            "--execution",
-            choices=EXECUTIONS,
-            help="where the metric runs (default: the file's EXECUTION, else by its kind)",
-        )
-        parser.add_argument(
-            "--program-execution", choices=EXECUTIONS, help="where the program runs"
-        )
         parser.add_argument(
             "--ray-address",
             metavar="ADDRESS",
@@ -517,34 +676,13 @@ class RunOptions:
             "to it runs the examples again); repeat for more",
         )
 
-    @staticmethod
-    def _add_model_arguments(models: Any) -> None:
-        models.add_argument("--model", help="the program model")
-        models.add_argument("--metric-model", help="the metric (judge) model")
-        models.add_argument("--reflection-model", help="the reflection model")
-        models.add_argument("--base-url", help="OpenAI-compatible base URL of --model")
-        models.add_argument("--metric-base-url", help="base URL of --metric-model")
-        models.add_argument("--reflection-base-url", help="base URL of --reflection-model")
-        models.add_argument(
-            "--api-key-env",
-            metavar="VAR",
-            help="environment variable holding the API key of every model given (default "
-            "OPENAI_API_KEY, sent only to OpenAI's base URL); 'none' for a server without keys",
-        )
-        models.add_argument("--rpm", type=float, help="requests per minute per model")
-        models.add_argument("--tpm", type=float, help="tokens per minute per model")
-        models.add_argument("--price-input", type=float, help="USD per 1M input tokens (override)")
-        models.add_argument(
-            "--price-output", type=float, help="USD per 1M output tokens (override)"
-        )
-        _add_simulator_argument(models)
-
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Self:
-        timeout, program_timeout = engine_limits(args)
-        program = _file(args.program, "--program")
-        if program is None and (args.artifact is not None or args.artifact_text is not None):
-            raise ConfigError("--artifact is used by a program: add --program FILE")
+        timeout = validate_timeout(args.timeout, "timeout")
+        program_timeout = _program_timeout(args)
+        _positive(args.workers, "workers")
+        _positive(args.concurrency, "concurrency")
+        program, artifact = _program_and_artifact(args)
         if args.force and not args.resume:
             raise ConfigError(
                 "only applies to a resume: add --resume (it keeps results made with other "
@@ -553,8 +691,7 @@ class RunOptions:
             )
         metric = str(_file(args.metric, "--metric"))
         data = DataOptions.from_args(args)
-        output, notes = _run_output(args.output, resume=args.resume)
-        artifact = _artifact(args.artifact, args.artifact_text)
+        output, notes = _run_output(args.output, resume=args.resume, metric=metric)
         inputs = [metric, data.path, program, args.artifact]
         return cls(
             metric=metric,
@@ -564,6 +701,7 @@ class RunOptions:
             artifact_path=args.artifact,
             output=output,
             output_notes=notes,
+            output_defaulted=args.output is None,
             resume=args.resume,
             force=args.force,
             report=_report_file(args.report, output, inputs),
@@ -579,20 +717,6 @@ class RunOptions:
             cache=_cache_directory(args.cache),
             cache_key_files=_cache_key_files(args.cache_key_file, args.cache),
         )
-
-
-def engine_limits(args: argparse.Namespace) -> tuple[float, float | None]:
-    """The engine flags' limits, checked: ``(timeout, program_timeout)``, with
-    ``--workers`` and ``--concurrency`` positive (``run``'s and ``race``'s)."""
-    timeout = validate_timeout(args.timeout, "timeout")
-    program_timeout = (
-        None
-        if args.program_timeout is None
-        else validate_timeout(args.program_timeout, "program_timeout", upper=None)
-    )
-    _positive(args.workers, "workers")
-    _positive(args.concurrency, "concurrency")
-    return timeout, program_timeout
 
 
 def _cache_key_files(paths: list[str], cache: str | None) -> tuple[str, ...]:
@@ -611,19 +735,47 @@ def _cache_directory(path: str | None) -> str | None:
     return str(check_directory(path))
 
 
-def _run_output(path: str | None, *, resume: bool) -> tuple[str | None, tuple[str, ...]]:
-    """``--output`` and the warnings its check gave (low free space, say).
+#: Where a run without --output keeps its results (relative: to the working folder).
+RUNS_DIR_ENV = "SKYNET_EVAL_RUNS_DIR"
+DEFAULT_RUNS_DIR = "runs"
+
+
+def default_output(metric: str, now: datetime.datetime | None = None) -> str:
+    """``runs/<UTC time>-<metric's stem>.jsonl`` (the folder: $SKYNET_EVAL_RUNS_DIR, else
+    ``runs``); a name already taken gets ``-2``, ``-3``..."""
+    folder = Path(os.environ.get(RUNS_DIR_ENV) or DEFAULT_RUNS_DIR)
+    stamp = (now or datetime.datetime.now(datetime.UTC)).strftime("%Y%m%dT%H%M%SZ")
+    stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in Path(metric).stem)
+    path = folder / f"{stamp}-{stem}.jsonl"
+    n = 1
+    while path.exists():
+        n += 1
+        path = folder / f"{stamp}-{stem}-{n}.jsonl"
+    return str(path)
+
+
+def _run_output(path: str | None, *, resume: bool, metric: str) -> tuple[str, tuple[str, ...]]:
+    """``--output`` (without it, a new file under ``runs/``: every run keeps its results)
+    and the warnings its check gave (low free space, say).
 
     Checked here, before the dataset is read and the contract check runs, so a path that
     cannot be written fails in a second: what is in the file (results to resume, another
     run's lock, a dataset) is looked at when the run opens it, with the dataset's ids.
     """
+    from evaluator._exceptions import OutputPathError
+    from evaluator._outpath import check_output_path
+
     if path is None:
         if resume:
             raise ConfigError("needs --output FILE (the results to go on from)", option="resume")
-        return None, ()
-    from evaluator._outpath import check_output_path
-
+        path = default_output(metric)
+        try:
+            return path, check_output_path(path).notes
+        except OutputPathError as exc:
+            raise ConfigError(
+                f"a run without --output keeps its results in {path}, but {exc.detail}; "
+                f"give --output FILE (or set {RUNS_DIR_ENV} to another folder)"
+            ) from None
     return path, check_output_path(path).notes
 
 
@@ -691,10 +843,35 @@ def _run_models(args: argparse.Namespace) -> tuple[ModelRequest, ...]:
         "reflection": reflection_url,
         "metric": _url(args.metric_base_url, "metric_base_url") or reflection_url,
     }
-    return tuple(
-        ModelRequest(role, name, urls[role], args.price_input, args.price_output)
-        for role, name in names.items()
-        if name is not None
+    requests = []
+    for role, name in names.items():
+        if name is None:
+            continue
+        request = ModelRequest(role, name, urls[role], args.price_input, args.price_output)
+        if request.base_url is None:
+            request = _litellm_request(
+                request, dest=f"{role}_model" if role != "program" else "model"
+            )
+        requests.append(request)
+    return tuple(requests)
+
+
+def _litellm_request(request: ModelRequest, *, dest: str) -> ModelRequest:
+    """A litellm-style name (``openai/gpt-4o-mini``) given without a base URL, as the
+    Python adapters read it: the provider's base URL and key variable, the bare name."""
+    from evaluator._lm import litellm_name
+
+    found = litellm_name(request.model, dest)
+    if found is None:
+        return request
+    name, base_url, key_env = found
+    return ModelRequest(
+        request.role,
+        name,
+        base_url,
+        request.price_input,
+        request.price_output,
+        key_env if key_env is not None else "",
     )
 
 
@@ -777,14 +954,13 @@ class JudgesOptions:
             metavar="MODEL=IN,OUT",
             help="price override in USD per million input,output tokens (repeatable)",
         )
-        parser.add_argument(
-            "--timeout", type=float, default=DEFAULT_TIMEOUT, help="metric timeout in seconds"
-        )
+        _add_metric_timeout_argument(parser)
         _add_simulator_argument(parser)
         parser.add_argument("--output", metavar="FILE", help="write the report as JSON")
         parser.add_argument(
             "--plot", metavar="FILE.png", help="draw cost per 1,000 examples against agreement"
         )
+        _add_config_argument(parser)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Self:
@@ -915,6 +1091,20 @@ class SimulatorOptions:
             help="answer 429s bare and send no x-ratelimit-* headers (a server that gives "
             "no hints, to measure a client's adaptation)",
         )
+        p.add_argument(
+            "--capacity",
+            type=int,
+            default=None,
+            metavar="N",
+            help="requests served at once at the set latency; past it, replies slow down "
+            "in proportion (or are refused: --over-capacity 429)",
+        )
+        p.add_argument(
+            "--over-capacity",
+            choices=("slow", "429"),
+            default="slow",
+            help="what a request past --capacity gets (default: slow)",
+        )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Self:
@@ -938,6 +1128,8 @@ class SimulatorOptions:
             models={name: ModelSettings(**kw) for name, kw in args.models},
             api_key=args.api_key,
             rate_limit_headers=args.rate_limit_headers,
+            capacity=args.capacity,
+            over_capacity=args.over_capacity,
             **faults,
         )
         return cls(config=config)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, redirect_stdout
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -16,9 +16,11 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from evaluator import ContractReport, Report
+    from evaluator._report import Failure
 
 __all__ = [
     "console",
+    "print_failures",
     "print_report",
     "print_steps",
     "reserved_stdout",
@@ -73,13 +75,18 @@ def write_json(stream: TextIO, value: Any) -> None:
 
 
 def print_steps(report: ContractReport, out: Console) -> None:
-    """The contract check's steps, one line each; the reason under a failed one."""
+    """The contract check's steps, one line each; the reason under a failed one; then
+    its warnings."""
+    from rich.markup import escape
+
     for step in report.steps:
         mark = "[green]✓[/green]" if step.ok else "[red]✗[/red]"
         out.print(f"{mark} {step.name}")
         if not step.ok:
             where = f"example {step.example_id!r}: " if step.example_id is not None else ""
             out.print(f"    {where}{step.message}", markup=False)
+    for warning in report.warnings:
+        out.print(f"[yellow]![/yellow] {escape(warning)}")
 
 
 def print_report(report: Report, out: Console, *, interrupted: bool, output: str | None) -> None:
@@ -98,8 +105,38 @@ def print_report(report: Report, out: Console, *, interrupted: bool, output: str
     for label, value in report_rows(report, option_flags=flags):
         table.add_row(label, value)
     out.print(table)
+    if report.failures:
+        shown = len(report.failures)
+        failed = report.n - report.ok
+        title = f"First {shown} of {failed:,} failures" if failed > shown else "Failures"
+        print_failures(report.failures, out, title=title, width=FAILURE_WIDTH)
+        if failed > shown and output:
+            listing = f"all failures: skynet-eval report {output} --failures"
+            out.print(listing, markup=False, soft_wrap=True)
     if output:
-        out.print(f"results: {output}", markup=False)
+        out.print(f"results: {output}", markup=False, soft_wrap=True)
+
+
+#: How much of a failure's message the run's summary shows (its first line).
+FAILURE_WIDTH = 160
+
+
+def print_failures(
+    failures: Iterable[Failure], out: Console, *, title: str, width: int | None = None
+) -> None:
+    """Failed examples as a table of id, kind and message (``run``'s first few, every
+    one for ``report --failures``)."""
+    from rich.table import Table
+
+    from evaluator._report import failure_rows
+
+    table = Table(title=title, title_justify="left")
+    table.add_column("id", overflow="fold")
+    table.add_column("kind")
+    table.add_column("message", overflow="fold")
+    for row in failure_rows(failures, width=width):
+        table.add_row(*row)
+    out.print(table)
 
 
 def _fmt(value: float | None, spec: str, unknown: str = "–") -> str:

@@ -18,9 +18,14 @@ if TYPE_CHECKING:
 
     from evaluator import Result
 
-__all__ = ["JudgesProgress", "ModelCounts", "RunProgress"]
+__all__ = ["JudgesProgress", "ModelCounts", "RunProgress", "plural"]
 
 PLAIN_EVERY_S = 2.0
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 error``, ``2 errors``, ``1,000 errors``."""
+    return f"{count:,} {noun}" if count == 1 else f"{count:,} {noun}s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +84,7 @@ class RunProgress:
 
     def _info(self) -> str:
         elapsed = max(time.perf_counter() - self.started, 1e-9)
-        parts = [f"{self.new / elapsed:,.0f} ex/s", f"{self.errors:,} errors"]
+        parts = [f"{self.new / elapsed:,.0f} ex/s", plural(self.errors, "error")]
         if self.models.calls:
             parts.append(f"{self.models.calls:,} model calls")
             parts.append(f"{self.models.rate_limited:,} 429s")
@@ -98,10 +103,14 @@ class RunProgress:
             flush=True,
         )
 
-    def advance(self, results: Sequence[Result], models: ModelCounts) -> None:
-        """Count ``results`` as done; ``models`` is the run's model calls so far."""
+    def advance(
+        self, results: Sequence[Result], models: ModelCounts, *, timed: bool = True
+    ) -> None:
+        """Count ``results`` as done; ``models`` is the run's model calls so far.
+        ``timed`` False: made before this display started (the contract check's), so
+        done but not in the rate (they were not instant)."""
         self.done += len(results)
-        self.new += len(results)
+        self.new += len(results) if timed else 0
         self.errors += sum(1 for r in results if r.error is not None)
         self.models = models
         if self._bar is not None and self._task is not None:
@@ -123,12 +132,14 @@ class JudgesProgress:
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("{task.fields[errors]} errors"),
+            TextColumn("{task.fields[errors]}"),
             console=console(stderr=True),
             transient=True,
             disable=not sys.stderr.isatty(),
         )
-        self._tasks = {m: self._bar.add_task(m, total=total, errors=0) for m in models}
+        self._tasks = {
+            m: self._bar.add_task(m, total=total, errors=plural(0, "error")) for m in models
+        }
         self._errors = dict.fromkeys(models, 0)
 
     def __enter__(self) -> JudgesProgress:
@@ -142,4 +153,5 @@ class JudgesProgress:
         """One more example judged by ``model``."""
         if result.error is not None:
             self._errors[model] += 1
-        self._bar.update(self._tasks[model], advance=1, errors=self._errors[model])
+        errors = plural(self._errors[model], "error")
+        self._bar.update(self._tasks[model], advance=1, errors=errors)

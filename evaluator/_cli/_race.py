@@ -20,20 +20,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from evaluator._exceptions import ConfigError
-from evaluator._options import validate_ray_address
+from evaluator._options import validate_ray_address, validate_timeout
 
 from ._options import (
     DataOptions,
     RunOptions,
     ServingOptions,
     _add_data_arguments,
+    _add_model_arguments,
     _artifact,
     _cache_directory,
     _cache_key_files,
     _file,
+    _positive,
+    _program_timeout,
     _run_models,
     _same_file,
-    engine_limits,
 )
 
 if TYPE_CHECKING:
@@ -137,7 +139,10 @@ class RaceOptions:
             help="stop after N (candidate, example) evaluations and report the standing",
         )
         race.add_argument(
-            "--seed", type=int, default=0, help="the order the examples are taken in (default 0)"
+            "--order-seed",
+            type=int,
+            default=0,
+            help="the seed of the order the race takes the examples in (default 0)",
         )
         parser.add_argument("--output", metavar="FILE", help="write the race here (JSON)")
         parser.add_argument(
@@ -146,14 +151,17 @@ class RaceOptions:
             help="also write the race's HTML page here (as `skynet-eval report FILE` does)",
         )
         RunOptions._add_engine_arguments(parser)
-        RunOptions._add_model_arguments(parser.add_argument_group("models (skynet.llm)"))
+        _add_model_arguments(parser.add_argument_group("models (skynet.llm)"))
         parser.add_argument("--json", action="store_true", help="print the race as JSON")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Self:
         from evaluator._race import parse_ties
 
-        timeout, program_timeout = engine_limits(args)
+        timeout = validate_timeout(args.timeout, "timeout")
+        program_timeout = _program_timeout(args)
+        _positive(args.workers, "workers")
+        _positive(args.concurrency, "concurrency")
         metric = str(_file(args.metric, "--metric"))
         program = str(_file(args.program, "--program"))
         given = args.candidates or []
@@ -193,7 +201,7 @@ class RaceOptions:
             ties=args.ties,
             score_range=_score_range(args.score_range),
             max_evaluations=args.max_evaluations,
-            seed=args.seed,
+            seed=args.order_seed,
             output=output,
             report=report,
             timeout=timeout,
@@ -284,7 +292,7 @@ async def _race(options: RaceOptions, serving: Any, examples: list[Any]) -> Race
 
     async with (
         serving.open() as configs,
-        engine(options, configs, serving.simulator_url, len(examples)) as ev,
+        engine(options, serving, configs, len(examples)) as ev,
     ):
         return await ev.race(
             list(options.candidates),

@@ -36,6 +36,8 @@ class ReportOptions:
     title: str | None = None
     json: bool = False
     fail_on_regression: bool = False
+    failures: bool = False
+    csv: str | None = None
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,6 +68,14 @@ class ReportOptions:
             help="score differences up to this count as the same (default 0; e.g. 0.01 for "
             "a reward whose speed and cost parts move a little every run)",
         )
+        parser.add_argument(
+            "--failures",
+            action="store_true",
+            help="also list every failed example in the terminal: id, kind, message",
+        )
+        parser.add_argument(
+            "--csv", metavar="OUT", help="also export every result to this CSV file"
+        )
         parser.add_argument("--title", help="the page's title")
         parser.add_argument("--json", action="store_true", help="print the summary as JSON")
         parser.add_argument(
@@ -91,11 +101,16 @@ class ReportOptions:
             title=args.title,
             json=args.json,
             fail_on_regression=args.fail_on_regression,
+            failures=args.failures,
+            csv=args.csv,
         )
 
 
 def execute(options: ReportOptions) -> int:
     """Run the command; the exit code (0 done, 1 a regression with --fail-on-regression)."""
-    from .._report_html._command import report_command
+    from .._race import is_race_file
+    from .._report_html._command import race_report_command, report_command
 
+    if is_race_file(options.results):  # `skynet-eval race --output`: the race's page
+        return race_report_command(**asdict(options))
     return report_command(**asdict(options))

@@ -8,8 +8,9 @@ file is refused; a new file gets a header with the run's fingerprints; ``--resum
 refuses a file whose results were made with other files unless ``--force``, counts each
 of the dataset's ids once (foreign ids and duplicates never), and repairs only a torn last
 line. Then the contract check on the first 3 examples end to end (exit 1 if it fails; its
-results are the run's own), then the rest, each result appended to ``--output`` as it
-arrives.
+results are the run's own; skipped, and said so, on a resume whose header says every file
+is unchanged: those files passed it), then the rest, each result appended to
+``--output`` as it arrives.
 
 Exit 0 when the run completed (whatever the examples' errors); 1 when the contract check
 failed, when the run has fewer results than examples (``check_result_count``), or when
@@ -28,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from rich.console import Console
 
@@ -38,7 +39,6 @@ from evaluator import (
     EvaluationError,
     Evaluator,
     Example,
-    Models,
     Report,
     ReportBuilder,
     Result,
@@ -48,7 +48,9 @@ from evaluator import (
     fingerprint_run,
     open_results,
 )
+from evaluator._check import program_error
 from evaluator._executors._base import fit_workers
+from evaluator._fingerprint import RunEnd
 from evaluator._pipeline._assembly import check_result_count
 
 from . import _loop
@@ -58,13 +60,10 @@ from ._output import console, print_report, print_steps, reserved_stdout, write_
 from ._progress import ModelCounts, RunProgress
 from ._serving import Serving
 
-if TYPE_CHECKING:
-    from llm_client import ModelConfig
-
 __all__ = ["CHECK_EXAMPLES", "engine", "execute"]
 
 CHECK_EXAMPLES = 3
-INTERRUPTED = "interrupted: the results written so far are kept"
+INTERRUPTED = "interrupted"
 #: How many of the values stored in a changed form the warning quotes.
 SHOWN_CHANGES = 3
 
@@ -81,6 +80,9 @@ class _Plan:
     done: set[Any] = field(default_factory=set)
     builder: ReportBuilder = field(default_factory=ReportBuilder)
     kept: list[Result] | None = None
+    #: Why the contract check need not run again (a resume whose header says every
+    #: file is unchanged), or None.
+    checked_before: str | None = None
 
 
 @dataclass(slots=True)
@@ -105,6 +107,7 @@ def execute(options: RunOptions) -> int:
                     lambda: _main(options, serving, plan, writer, stream), note=INTERRUPTED
                 )
         except ContractError as exc:  # the metric or program file cannot be loaded
+            exc = program_error(exc, options.program)
             print(f"skynet-eval run: contract check failed: {exc}", file=sys.stderr)
             return EXIT_FAILED
 
@@ -159,6 +162,8 @@ def _results_file(options: RunOptions, plan: _Plan) -> Iterator[ResultsWriter | 
         artifact_path=options.artifact_path,
         input_cols=options.data.input_cols,
         output_cols=options.data.output_cols,
+        selection=options.data.selection,
+        id_col=options.data.id_col,
     )
     writer, resumed = open_results(
         path,
@@ -171,6 +176,12 @@ def _results_file(options: RunOptions, plan: _Plan) -> Iterator[ResultsWriter | 
     with writer:
         _warn_all(resumed.notes)
         plan.done = resumed.done_ids
+        if resumed.results and not resumed.legacy and not resumed.forced:
+            plan.checked_before = (
+                f"contract check skipped: {path}'s header says the metric, program, "
+                f"artifact and dataset are the ones its {resumed.results:,} result(s) "
+                "were made with, and they passed it then"
+            )
         try:
             yield writer
         finally:
@@ -190,12 +201,14 @@ async def _main(
     out = console()
     async with (
         serving.open() as configs,
-        engine(options, configs, serving.simulator_url, plan.total) as ev,
+        engine(options, serving, configs, plan.total) as ev,
     ):
         plan.builder.failure_score = ev.failure_score
         _cache_note(ev)
         checked: list[Result] = []
-        if not await _check(ev, options, plan.first, out, checked):
+        if plan.checked_before is not None:
+            _say(plan.checked_before, out, options.json)
+        elif not await _check(ev, options, plan.first, out, checked):
             out.print("[red]Contract check failed[/red]: the run did not start.")
             return EXIT_FAILED
         plan.builder.restart_clock()
@@ -206,8 +219,19 @@ async def _main(
         ending = await _evaluate(ev, options, plan, writer, checked)
         interrupted = ending.cancelled is not None
         report = ev.build_report(plan.builder)
+        if writer is not None and not writer.finish(
+            RunEnd(
+                wall_s=report.wall_s,
+                examples=report.n - report.resumed,
+                throughput=report.throughput,
+                interrupted=interrupted,
+            )
+        ):
+            _warn(f"{writer.path}: the run's wall time could not be recorded (the results stand)")
         if options.json:
             write_json(stream, report)
+            if options.output_defaulted:  # the user did not name it: say where it is
+                print(f"skynet-eval run: results: {options.output}", file=sys.stderr)
         else:
             print_report(report, out, interrupted=interrupted, output=options.output)
         if writer is not None:
@@ -216,6 +240,7 @@ async def _main(
     if ending.write_error is not None:
         print(f"skynet-eval run: error: {ending.write_error}", file=sys.stderr)
     if ending.cancelled is not None:
+        _say_what_was_kept(options, plan, report.n)
         raise ending.cancelled  # the reports are out: let the stop go on to the loop starter
     incomplete = check_result_count(plan.total, report.n)
     if ending.write_error is None and incomplete is not None:
@@ -223,6 +248,25 @@ async def _main(
         print(f"skynet-eval run: error: {incomplete}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK if ending.write_error is None and page_ok else EXIT_FAILED
+
+
+def engine(options: Any, serving: Serving, configs: Any, total: int) -> Evaluator:
+    """The (unopened) Evaluator of a command's engine flags: ``run``'s and ``race``'s
+    options structs share these fields."""
+    return Evaluator(
+        options.metric,
+        options.program,
+        timeout=options.timeout,
+        program_timeout=options.program_timeout,
+        workers=fit_workers(options.workers, total),
+        concurrency=options.concurrency,
+        execution=options.execution,
+        program_execution=options.program_execution,
+        ray_address=options.ray_address,
+        models=serving.models(configs),
+        cache=options.cache,
+        cache_key_files=options.cache_key_files,
+    )
 
 
 def _cache_note(ev: Evaluator) -> None:
@@ -240,39 +284,6 @@ def _cache_note(ev: Evaluator) -> None:
         f"{', and ' + held if files else ''}, the artifact, each example and the model "
         f"settings; not {NOT_KEYED} (add such files with --cache-key-file PATH)",
         file=sys.stderr,
-    )
-
-
-def engine(
-    options: Any, configs: dict[str, ModelConfig], simulator_url: str | None, total: int
-) -> Evaluator:
-    """The (unopened) Evaluator of a command's engine flags: ``run``'s and ``race``'s
-    options structs share these fields."""
-    return Evaluator(
-        options.metric,
-        options.program,
-        timeout=options.timeout,
-        program_timeout=options.program_timeout,
-        workers=fit_workers(options.workers, total),
-        concurrency=options.concurrency,
-        execution=options.execution,
-        program_execution=options.program_execution,
-        ray_address=options.ray_address,
-        models=_models(configs, simulator_url),
-        cache=options.cache,
-        cache_key_files=options.cache_key_files,
-    )
-
-
-def _models(configs: dict[str, ModelConfig], simulator_url: str | None) -> Models | None:
-    """The run's models; with --simulator, the simulator serves SDK calls as well."""
-    if not configs and simulator_url is None:
-        return None
-    return Models(
-        program=configs.get("program"),
-        metric=configs.get("metric"),
-        reflection=configs.get("reflection"),
-        sdk_base_url=simulator_url,
     )
 
 
@@ -303,6 +314,31 @@ async def _check(
     return bool(report.ok)
 
 
+def _say_what_was_kept(options: RunOptions, plan: _Plan, kept: int) -> None:
+    """After a stop: how many of the examples have results and how to go on, or that
+    nothing was kept (never a claim that results were kept when none were written)."""
+    if options.output is None or not kept:
+        print(
+            "skynet-eval run: stopped before any result was written: nothing was kept",
+            file=sys.stderr,
+        )
+        return
+    how = "--resume" if not options.output_defaulted else f"--output {options.output} --resume"
+    print(
+        f"skynet-eval run: stopped: {kept:,} of {plan.total:,} examples have results in "
+        f"{options.output}; to go on, run the same command with {how}",
+        file=sys.stderr,
+    )
+
+
+def _say(message: str, out: Console, json: bool) -> None:
+    """A line about the run: with the report, or on stderr when stdout is for --json."""
+    if json:
+        print(f"skynet-eval run: {message}", file=sys.stderr)
+    else:
+        out.print(message, markup=False, soft_wrap=True)
+
+
 def _todo(options: RunOptions, done: set[Any]) -> Iterator[Example]:
     examples = options.data.examples()
     if not done:
@@ -324,8 +360,8 @@ async def _evaluate(
     with RunProgress(plan.total, len(plan.done) - len(checked), live=live) as progress:
         stream = ev.stream(options.artifact, _todo(options, plan.done))
         try:
-            if checked:
-                handle(checked, progress)
+            if checked:  # made by the check, before the clock started
+                handle(checked, progress, timed=False)
             async with stream:
                 # Results arrive in chunks: write, count and display each at once.
                 async for batch in stream.batches():
@@ -349,11 +385,12 @@ def _handle(
     writer: ResultsWriter | None,
     plan: _Plan,
     ev: Evaluator,
+    timed: bool = True,
 ) -> None:
     # Written first: a result is counted in the report only once it is in the file.
     if writer is not None:
         writer.write(batch)
-    plan.builder.add_many(batch)
+    plan.builder.add_many(batch, timed=timed)
     if plan.kept is not None:
         plan.kept.extend(batch)
     models = ev.statistics().models
@@ -369,6 +406,7 @@ def _handle(
             rate_limited=models.rate_limited,
             cost=cost,
         ),
+        timed=timed,
     )
 
 

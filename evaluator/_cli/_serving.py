@@ -20,6 +20,7 @@ from evaluator import ConfigError
 from ._options import ModelRequest, ServingOptions
 
 if TYPE_CHECKING:
+    from evaluator import Models
     from llm_client import ModelConfig, SimulatorConfig
 
 __all__ = ["Serving"]
@@ -70,10 +71,27 @@ class Serving:
             finally:
                 self.simulator_url = None
 
+    def models(self, configs: dict[str, ModelConfig]) -> Models | None:
+        """The command's models (``configs`` as :meth:`open` yields them); with
+        --simulator, the simulator serves the program's and metric's SDK calls too."""
+        if not configs and self.simulator_url is None:
+            return None
+        from evaluator import Models
+
+        return Models(
+            program=configs.get("program"),
+            metric=configs.get("metric"),
+            reflection=configs.get("reflection"),
+            sdk_base_url=self.simulator_url,
+        )
+
 
 def _config(request: ModelRequest, key_env: str | None, options: ServingOptions) -> ModelConfig:
     from llm_client import ModelConfig
 
+    if key_env is not None and request.key_env is not None and options.default_key_env:
+        # A litellm-style name's provider has its own variable (or, "", none at all).
+        key_env = request.key_env or None
     fields: dict[str, Any] = {"model": request.model, "api_key_env": key_env}
     for name, value in (
         ("base_url", request.base_url),
@@ -99,8 +117,8 @@ def _check_default_key(models: Iterable[ModelRequest]) -> None:
     from evaluator._judges._spec import default_key_elsewhere
 
     for request in models:
-        if request.base_url is None:
-            continue
+        if request.base_url is None or request.key_env is not None:
+            continue  # a litellm-style name's provider URL goes with its own variable
         refusal = default_key_elsewhere(
             _URL_FLAGS.get(request.role, "base_url"), request.base_url, request.model
         )

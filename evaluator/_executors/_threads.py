@@ -20,30 +20,38 @@ import itertools
 import os
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from time import perf_counter_ns
-from typing import Any, ClassVar, Self, cast
+from typing import Any, ClassVar, cast
 
 from .. import _failures as failures
 from .._aio import shielded
 from .._calls import Call, LLMHandler, Outcome, SyncInvoker
 from .._context import Stage
+from .._kinds import ExecutionKind
 from .._loader import UserFunction
 from .._options import validate_count
-from ._base import ExecutionKind, ExecutorStatistics, Progress, check_executor, check_workers
+from ._base import ExecutorBase, ExecutorStatistics, Progress, check_workers
 from ._bridge import LoopBridge
 
 __all__ = [
     "MAX_MODEL_THREADS",
+    "MIN_MODEL_THREADS",
     "InlineExecutor",
     "ThreadExecutor",
     "ThreadExecutorStatistics",
     "pool_size",
 ]
 
-#: Threads at most for a model-bound function, whatever its model budget: past a few
-#: hundred, threads cost memory and switches while the governor holds them anyway.
-MAX_MODEL_THREADS = 256
+#: Threads at most for a model-bound function, whatever its model budget: the model
+#: client's in-flight cap. Threads start as the calls in flight need them, and those
+#: follow the model's in-flight limit (``model_limit``), so a pool this large is only
+#: filled when the model admits that many calls at once.
+MAX_MODEL_THREADS = 1024
+#: The calls a model-bound pool takes at once however low its model's in-flight limit
+#: goes (the limit's start): the governor holds the calls past the limit, fairly between
+#: tenants, and the pipeline's gates stay as wide as they were before the limit moved.
+MIN_MODEL_THREADS = 64
 
 
 def pool_size(workers: int | None, model_budget: int | None, concurrency: int | None) -> int:
@@ -188,16 +196,25 @@ class _Worker(threading.Thread):
         return True
 
 
-class ThreadExecutor:
+class ThreadExecutor(ExecutorBase):
     """A bounded pool of daemon threads for sync user functions, with per-call timeouts.
 
     Its size is :func:`pool_size` of ``workers``, ``model_budget`` (the calls in flight
-    a model-bound function's model allows) and ``concurrency``. Threads start lazily, as
+    a model-bound function's model allows) and ``concurrency``; its parallelism is the
+    model's in-flight limit now (``model_limit``) within that size, unless ``workers``
+    fixed it. Threads start lazily, as
     many as the calls submitted and not returned yet: a cheap metric never needs more
     than one.
     """
 
     kind: ClassVar[ExecutionKind] = "thread"
+    OPTIONS: ClassVar[tuple[str, ...]] = (
+        "workers",
+        "model_budget",
+        "concurrency",
+        "llm_handler",
+        "model_limit",
+    )
 
     def __init__(
         self,
@@ -209,10 +226,13 @@ class ThreadExecutor:
         model_budget: int | None = None,
         concurrency: int | None = None,
         llm_handler: LLMHandler | None = None,
+        model_limit: Callable[[], int] | None = None,
     ) -> None:
-        self.timeout = check_executor(fn, stage, self.kind, timeout)
-        self.fn = fn
-        self.stage: Stage = stage
+        super().__init__(fn, stage, timeout)
+        # Read live: the pipeline feeds as many calls as the model admits now. Only a
+        # model-bound pool (one with a model budget) follows its model, and only when
+        # `workers` does not fix its size.
+        self._model_limit = model_limit if workers is None and model_budget is not None else None
         self.workers = pool_size(
             check_workers(workers, self.kind),
             validate_count(model_budget, "model_budget"),
@@ -229,26 +249,16 @@ class ThreadExecutor:
         self._timeouts = 0
         self._outstanding = 0  # calls of the submits not returned yet, on the loop only
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._state = "new"
 
     @property
     def parallelism(self) -> int:
-        return self.workers
+        limit = self._model_limit
+        if limit is None:
+            return self.workers
+        return min(self.workers, max(MIN_MODEL_THREADS, limit()))
 
-    @property
-    def backlog_s(self) -> float:
-        return 0.0
-
-    @property
-    def idle(self) -> bool:
-        return False  # its parallelism is large: the in-flight bound keeps it fed
-
-    async def __aenter__(self) -> Self:
-        if self._state != "new":
-            raise RuntimeError("an executor cannot be reopened; create a new one")
+    async def _open(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._state = "open"
-        return self
 
     def _spawn(self) -> None:
         worker = _Worker(self, next(self._numbers))
@@ -266,8 +276,8 @@ class ThreadExecutor:
         not told: outcomes are stored by the threads, and a hand-off to the loop for
         each would cost more than the calls a thread runs (a slow submit here is one
         example: slow calls travel in chunks of one)."""
-        if self._state != "open" or self._loop is None:
-            raise RuntimeError("the executor is not open; use `async with` first")
+        self._check_open()
+        assert self._loop is not None
         if not calls:
             return []
         job = _Job(calls, self._loop)
@@ -333,10 +343,7 @@ class ThreadExecutor:
         self._abandoned.add(worker)
         self._abandoned_total += 1
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._state != "open":
-            return
-        self._state = "closed"
+    async def _close(self) -> None:
         threads = list(self._threads)
         for _ in threads:
             self.jobs.put(None)
@@ -349,10 +356,8 @@ class ThreadExecutor:
         self._threads.clear()
 
     def statistics(self) -> ThreadExecutorStatistics:
-        return ThreadExecutorStatistics(
-            kind=self.kind,
-            stage=self.stage,
-            parallelism=self.workers,
+        return self._snapshot(
+            ThreadExecutorStatistics,
             calls=sum(w.calls for w in self._all),
             timeouts=self._timeouts,
             busy=sum(1 for t in list(self._threads) if t.in_call),
@@ -385,6 +390,7 @@ class InlineExecutor(ThreadExecutor):
     """
 
     kind: ClassVar[ExecutionKind] = "inline"
+    OPTIONS: ClassVar[tuple[str, ...]] = ("llm_handler",)
 
     def __init__(
         self,

@@ -35,7 +35,8 @@ from .._executors._async import AsyncExecutorStatistics
 from .._executors._base import Executor, ExecutorOptions
 from .._executors._factory import open_executor
 from .._executors._threads import ThreadExecutorStatistics
-from .._loader import EXECUTIONS, UserFunction, load_metric, load_program
+from .._kinds import refusal
+from .._loader import UserFunction, load_metric, load_program
 from .._models import ModelRouter, Models, ModelStatistics
 from .._options import MAX_TIMEOUT, validate_count, validate_ray_address, validate_timeout
 from .._race import RaceResult, Ties, run_race
@@ -61,10 +62,9 @@ __all__ = [
 ]
 
 #: The calls in flight a model-bound function may keep when its model is not known
-#: (an SDK with its own base URL): the model client's default ``max_concurrency``.
-DEFAULT_MODEL_BUDGET: int = next(
-    f.default for f in msgspec.structs.fields(ModelConfig) if f.name == "max_concurrency"
-)
+#: (an SDK with its own base URL): the model client's starting in-flight limit. A stage
+#: with a known model follows that model's live limit instead (``model_limit``).
+DEFAULT_MODEL_BUDGET: int = 64
 
 
 class EvaluatorStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -133,7 +133,7 @@ def choose_execution(
         return ExecutionChoice(
             kind=kind, source="automatic", reason=_reason(fn), model_budget=budget
         )
-    problem = _refusal(fn, chosen)
+    problem = refusal(fn, chosen)
     if problem is None and override is not None:
         return ExecutionChoice(
             kind=chosen,
@@ -152,23 +152,6 @@ def choose_execution(
     if override is not None:
         raise ConfigError(problem, option=option, value=override)
     raise ConfigError(f"EXECUTION in {fn.path} {problem}")
-
-
-def _refusal(fn: UserFunction, chosen: str) -> str | None:
-    """Why ``fn`` cannot run in ``chosen`` (None when it can)."""
-    if chosen not in EXECUTIONS:
-        return f"must be one of {', '.join(map(repr, EXECUTIONS))}, got {chosen!r}"
-    if fn.is_async and chosen != "async":
-        return (
-            f"is {chosen!r} but `{fn.name}` in {fn.path} is `async def`; an async "
-            "function is awaited on the event loop: use 'async' (or leave it unset)"
-        )
-    if not fn.is_async and chosen == "async":
-        return (
-            f"is 'async' but `{fn.name}` in {fn.path} is a plain `def`; define it "
-            "with `async def`, or use 'thread', 'process' or 'inline'"
-        )
-    return None
 
 
 def _ray_address(address: Any, *executions: str | None) -> str | None:
@@ -242,7 +225,8 @@ class Evaluator:
     executor ("process", "thread", "async", "inline", "ray"); by default the module's
     ``EXECUTION``, else ``async`` for ``async def``, ``thread`` for a sync function that
     calls a model (``skynet.llm``, openai, litellm, dspy, anthropic), with as many
-    threads as the stage's model budget (its ``max_concurrency``, else 64), ``process``
+    threads as the stage's model admits in flight (its governor's in-flight limit, which
+    follows the budget and the measured latency up to ``max_concurrency``), ``process``
     for any other. ``workers`` sizes the thread pool or the worker processes;
     ``concurrency`` bounds the examples in flight (and the calls at once of every
     executor). ``models`` chooses the program, metric and reflection models for
@@ -399,6 +383,7 @@ class Evaluator:
             memory_limit_mb=self.memory_limit_mb,
             llm_handler=handler,
             ray_address=self.ray_address,
+            model_limit=router.in_flight_limit(stage),
         )
         return open_executor(fn, stage, choice.kind, options)
 

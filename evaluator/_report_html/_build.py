@@ -243,9 +243,13 @@ def build_report(
     if baseline is not None:
         base = baseline if isinstance(baseline, ResultsFile) else results_from(baseline)
     examples, data_label = _examples(data, input_cols, output_cols)
-    info = {**(current.header or {}), **(meta or {})}
+    info = {**(current.header or {}), **current.timing(), **(meta or {})}
     summary = summarize(current.results, info)
-    baseline_summary = summarize(base.results, base.header) if base is not None else None
+    baseline_summary = (
+        summarize(base.results, {**(base.header or {}), **base.timing()})
+        if base is not None
+        else None
+    )
     comparison = None
     pairing = None
     if base is not None:

@@ -22,7 +22,7 @@ from .._outpath import check_output_path
 from ._build import build_report, write_file
 from ._load import load_results_file
 
-__all__ = ["default_html_path", "regression_reasons", "report_command"]
+__all__ = ["default_html_path", "race_report_command", "regression_reasons", "report_command"]
 
 
 def default_html_path(results: str) -> Path:
@@ -66,6 +66,37 @@ def _check(results: str, baseline: str | None, html: Path | None, tolerance: flo
     check_output_path(html, option="html")
 
 
+def _check_csv(csv: str | None, results: str, baseline: str | None) -> None:
+    """``--csv``: a file that can be written, and neither of the results files."""
+    if csv is None:
+        return
+    for flag, path in (("RESULTS", results), ("--baseline", baseline)):
+        if path is not None and Path(path).resolve() == Path(csv).resolve():
+            raise ConfigError(
+                f"--csv {csv} is the {flag} file itself: exporting there would destroy the "
+                "results; choose another --csv path, e.g. results.csv"
+            )
+    from .._exceptions import OutputPathError
+    from .._outpath import check_output_path
+
+    try:
+        check_output_path(csv)
+    except OutputPathError as exc:
+        raise ConfigError(f"--csv {exc}") from None
+
+
+def _print_failures(results: Sequence[Any], console: Any) -> None:
+    """Every failed example, as ``run`` lists its first few."""
+    from .._cli._output import print_failures
+    from .._report import Failure
+
+    failed = [f for f in map(Failure.of, results) if f is not None]
+    if not failed:
+        console.print("failures: none", markup=False)
+        return
+    print_failures(failed, console, title=f"Failures ({len(failed):,} of {len(results):,})")
+
+
 def report_command(
     *,
     results: str,
@@ -79,6 +110,8 @@ def report_command(
     title: str | None = None,
     json: bool = False,
     fail_on_regression: bool = False,
+    failures: bool = False,
+    csv: str | None = None,
     console: Any = None,
 ) -> int:
     """Run ``skynet-eval report``; returns the exit code. User errors raise
@@ -91,10 +124,7 @@ def report_command(
         raise ConfigError(f"--data {data}: no such file (the dataset the run used)")
     target = None if no_html else Path(html) if html else default_html_path(results)
     _check(results, baseline, target, tolerance)
-    from .._race import is_race_file
-
-    if is_race_file(results):
-        return _race_report(results, target, title=title, json=json, console=console)
+    _check_csv(csv, results, baseline)
     current = load_results_file(results)
     base = load_results_file(baseline) if baseline is not None else None
     built = build_report(
@@ -109,6 +139,10 @@ def report_command(
     if target is not None:
         write_file(built.html, target, option="html")
         built.path = target
+    if csv is not None:
+        from ._rows import write_csv
+
+        write_csv(current.results, csv)
     reasons = regression_reasons(built) if fail_on_regression else []
     if json:
         payload = {
@@ -129,6 +163,10 @@ def report_command(
 
             console = Console(highlight=False)
         print_report(built, console, results=results, baseline=baseline)
+        if failures:
+            _print_failures(current.results, console)
+        if csv is not None:
+            console.print(f"csv: {csv}", markup=False, soft_wrap=True)
         if target is not None:
             size = built.size_bytes
             shown = f"{size / 1e6:,.1f} MB" if size >= 1e6 else f"{size / 1e3:,.0f} kB"
@@ -139,14 +177,31 @@ def report_command(
     return 1 if reasons else 0
 
 
-def _race_report(
-    results: str, target: Path | None, *, title: str | None, json: bool, console: Any
+def race_report_command(
+    *,
+    results: str,
+    html: str | None = None,
+    no_html: bool = False,
+    title: str | None = None,
+    json: bool = False,
+    console: Any = None,
+    **others: Any,
 ) -> int:
     """``skynet-eval report RACE.json``: a race file (``skynet-eval race --output``) as
-    its own page, the candidates-by-examples matrix, and the same table in the terminal."""
+    its own page, the candidates-by-examples matrix, and the same table in the terminal.
+    ``others``: the report's other options, refused when given (a race has none of them)."""
     from .._race import read_race_file
     from ._race import print_race, write_race_page
 
+    given = sorted(k for k, v in others.items() if v not in (None, False, 0.0, ()))
+    if given:
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise ConfigError(
+            f"{results} is a race file (skynet-eval race --output): it has its own page, "
+            f"without {flags}; drop them"
+        )
+    target = None if no_html else Path(html) if html else default_html_path(results)
+    _check(results, None, target, 0.0)
     race = read_race_file(results)
     if target is not None:
         write_race_page(race, target, title=title)

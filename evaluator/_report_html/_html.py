@@ -198,7 +198,12 @@ def headline(s: RunSummary) -> str:
         cards.append(_card("wall", "wall time", f"{s.wall_s:,.2f} s", raw=s.wall_s))
     else:
         cards.append(
-            _card("wall", "wall time", "not recorded", "a results file does not record it")
+            _card(
+                "wall",
+                "wall time",
+                "not recorded",
+                "this results file was written before runs recorded their time",
+            )
         )
     if s.throughput is not None:
         cards.append(
@@ -212,7 +217,7 @@ def headline(s: RunSummary) -> str:
         cards.append(
             _card(
                 f"{which}_p50",
-                f"{which} time p50",
+                f"{which} latency p50",
                 ms_(lat.p50),
                 f"p95 {ms_(lat.p95)}, p99 {ms_(lat.p99)}",
             )
@@ -335,9 +340,9 @@ def distributions(s: RunSummary, baseline: RunSummary | None) -> str:
         if summary is None:
             continue
         rows += [
-            _dist_row("program time" + suffix, summary.program_ms, ms_),
-            _dist_row("program time, own" + suffix, summary.program_own_ms, ms_),
-            _dist_row("metric time" + suffix, summary.metric_ms, ms_),
+            _dist_row("program latency" + suffix, summary.program_ms, ms_),
+            _dist_row("program latency, own" + suffix, summary.program_own_ms, ms_),
+            _dist_row("metric latency" + suffix, summary.metric_ms, ms_),
             _dist_row("program cost / example" + suffix, summary.program_cost, usd_),
             _dist_row("judge cost / example" + suffix, summary.judge_cost, usd_)
             if summary.judge_calls or summary.judge_cost_unmeasured

@@ -80,7 +80,9 @@ class ResultsFile(msgspec.Struct, kw_only=True):
     """The results of one run as a report sees them.
 
     ``header`` is the first header line's object (None when the file has none);
-    ``sessions`` holds any later header lines with their line numbers.
+    ``sessions`` holds any later header lines with their line numbers, but for the lines
+    a run appends when it stops, whose ``ended`` objects (wall time, results written,
+    throughput) are in ``ended``.
     ``line_numbers[i]`` is the file line of ``results[i]`` (None for results given in
     memory).
     """
@@ -89,7 +91,24 @@ class ResultsFile(msgspec.Struct, kw_only=True):
     results: list[Result]
     header: dict[str, Any] | None = None
     sessions: list[tuple[int, dict[str, Any]]] = []
+    ended: list[dict[str, Any]] = []
     line_numbers: list[int] | None = None
+
+    def timing(self) -> dict[str, float | None]:
+        """``wall_s`` and ``throughput`` over the runs that recorded them (a resumed file:
+        the sum of their wall times, and the results they timed over it); empty when none
+        did (and no throughput when one run could not tell its rate)."""
+        walls = [e.get("wall_s") for e in self.ended]
+        rates = [e.get("throughput") for e in self.ended]
+        if not walls or not all(isinstance(w, (int, float)) for w in walls):
+            return {}
+        wall = float(sum(walls))  # type: ignore[arg-type]
+        out: dict[str, float | None] = {"wall_s": wall, "throughput": None}
+        if wall > 0 and all(isinstance(r, (int, float)) for r in rates):
+            # Each run's rate over its own clock: the results it timed, over all the time.
+            timed = sum(r * w for r, w in zip(rates, walls, strict=True))  # type: ignore[operator]
+            out["throughput"] = timed / wall
+        return out
 
 
 _decoder = msgspec.json.Decoder(_DecodedLine)
@@ -126,8 +145,9 @@ def load_results_file(path: str | PathLike[str]) -> ResultsFile:
     if data.startswith(_BOM):
         data = data[len(_BOM) :]
     header, body, skipped = _split_header(data)
+    body, end = _split_end(body)
     results: list[Result] | None = None
-    if body.endswith(b"\n") and b"\n\n" not in body:
+    if body.endswith(b"\n") and b"\n\n" not in body and HEADER_KEY.encode() not in body:
         try:
             # The common case, a whole file of results: one call, no Python per line.
             results = list(_decoder.decode_lines(body))
@@ -136,10 +156,11 @@ def load_results_file(path: str | PathLike[str]) -> ResultsFile:
     if results is not None:
         numbers = list(range(skipped + 1, skipped + 1 + len(results)))
         sessions: list[tuple[int, dict[str, Any]]] = []
+        ended = [end["ended"]] if end is not None else []
         if header is not None:
             header = _header(name, 1, header)
     else:
-        header, results, numbers, sessions = _read_lines(name, data)
+        header, results, numbers, sessions, ended = _read_lines(name, data)
     if not results:
         raise ResultsFileError(
             name,
@@ -149,8 +170,29 @@ def load_results_file(path: str | PathLike[str]) -> ResultsFile:
         )
     _refuse_duplicates(name, results, numbers)
     return ResultsFile(
-        path=name, results=results, header=header, sessions=sessions, line_numbers=numbers
+        path=name,
+        results=results,
+        header=header,
+        sessions=sessions,
+        ended=ended,
+        line_numbers=numbers,
     )
+
+
+def _split_end(body: bytes) -> tuple[bytes, dict[str, Any] | None]:
+    """The lines before a run's end line, and that line's object (when the file ends
+    with one: a run that stopped wrote it), so a whole file still decodes in one call."""
+    cut = body.rstrip(b"\n").rfind(b"\n") + 1
+    last = body[cut:]
+    if not last.endswith(b"\n") or HEADER_KEY.encode() not in last:
+        return body, None
+    try:
+        value = _decode_any(last)
+    except (msgspec.DecodeError, RecursionError):
+        return body, None
+    if not isinstance(value, dict) or not isinstance(value.get("ended"), dict):
+        return body, None
+    return body[:cut], value
 
 
 def _split_header(data: bytes) -> tuple[dict[str, Any] | None, bytes, int]:
@@ -170,7 +212,13 @@ def _split_header(data: bytes) -> tuple[dict[str, Any] | None, bytes, int]:
 
 def _read_lines(
     name: str, data: bytes
-) -> tuple[dict[str, Any] | None, list[Result], list[int], list[tuple[int, dict[str, Any]]]]:
+) -> tuple[
+    dict[str, Any] | None,
+    list[Result],
+    list[int],
+    list[tuple[int, dict[str, Any]]],
+    list[dict[str, Any]],
+]:
     """Every line on its own: slower, but a bad line is found and named."""
     parts = data.split(b"\n")
     last = len(parts) - 1  # parts[last] is what follows the final newline (b"" normally)
@@ -178,6 +226,7 @@ def _read_lines(
     numbers: list[int] = []
     header: dict[str, Any] | None = None
     sessions: list[tuple[int, dict[str, Any]]] = []
+    ended: list[dict[str, Any]] = []
     for index, raw in enumerate(parts):
         if not raw.strip():
             continue
@@ -188,11 +237,13 @@ def _read_lines(
         except (msgspec.DecodeError, RecursionError) as exc:
             error: Exception = exc
         found = _not_a_result(name, index + 1, raw, error, torn=index == last)
-        if header is None and not results and not sessions:
+        if isinstance(found.get("ended"), dict) and header is not None:
+            ended.append(_header(name, index + 1, found)["ended"])
+        elif header is None and not results and not sessions:
             header = _header(name, index + 1, found)
         else:
             sessions.append((index + 1, _header(name, index + 1, found)))
-    return header, results, numbers, sessions
+    return header, results, numbers, sessions, ended
 
 
 def _not_a_result(

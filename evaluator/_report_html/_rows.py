@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import zlib
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -38,6 +39,7 @@ __all__ = [
     "encode_raw",
     "id_text",
     "pack",
+    "write_csv",
 ]
 
 # Rank order of the comparison: regressions first, then what is on one side only.
@@ -265,3 +267,56 @@ def build_rows(
                 Detail(b=baseline[j], bline=line, src=src, input=given_input, expected=expected)
             )
     return PageRows(columns=columns, kinds=list(kinds), details=_details(details))
+
+
+#: The CSV export's fixed columns; each named score follows as ``score:NAME``.
+CSV_COLUMNS = (
+    "id",
+    "score",
+    "error_kind",
+    "error_message",
+    "feedback",
+    "output",
+    "program_ms",
+    "metric_ms",
+    "cost_usd",
+    "cached",
+)
+
+
+def write_csv(results: Sequence[Result], path: str | Path) -> int:
+    """Every result as one CSV row (``CSV_COLUMNS``, then a column per named score);
+    an output that is not text is written as JSON, an unmeasured cost as an empty cell
+    (never 0). Returns the number of rows written."""
+    import csv
+
+    names = sorted({name for r in results for name in r.scores})
+    costs = _costs(results)
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        out = csv.writer(fh)
+        out.writerow([*CSV_COLUMNS, *(f"score:{n}" for n in names)])
+        for r, cost in zip(results, costs, strict=True):
+            error = r.error
+            output = r.output if isinstance(r.output, str) or r.output is None else None
+            if output is None and r.output is not None:
+                output = encode_json(r.output).decode()
+            out.writerow(
+                [
+                    id_text(r.example_id),
+                    r.score,
+                    "" if error is None else error.kind,
+                    "" if error is None else error.message,
+                    r.feedback,
+                    "" if output is None else output,
+                    _blank(r.observation.duration_ms),
+                    _blank(r.metric_ms),
+                    _blank(cost),
+                    "true" if r.cached else "false",
+                    *(_blank(r.scores.get(n)) for n in names),
+                ]
+            )
+    return len(results)
+
+
+def _blank(value: float | None) -> Any:
+    return "" if value is None else value

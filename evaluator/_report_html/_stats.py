@@ -284,7 +284,9 @@ def summarize(results: Sequence[Result], meta: Mapping[str, Any] | None = None) 
     judges = distribution(judge_cost)
     wall = _number(meta, "wall_s")
     throughput = _number(meta, "throughput")
-    if throughput is None and wall:
+    if throughput is None and wall and "throughput" not in (meta or {}):
+        # Only when nothing says otherwise: a run that recorded None could not tell
+        # its rate (its results were made before its clock started).
         throughput = n / wall
     ordered_errors = {k: errors[k] for k in ERROR_KINDS if k in errors}
     ordered_errors.update({k: errors[k] for k in sorted(errors) if k not in ordered_errors})

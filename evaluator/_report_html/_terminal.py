@@ -31,9 +31,9 @@ def summary_rows(s: RunSummary) -> list[tuple[str, str]]:
     rows.append((f"mean score (ok, n={n_(s.ok)})", score_(s.mean_score_ok)))
     rows += [(f"  {m.name} (n={n_(m.count)})", score_(m.mean)) for m in s.named]
     if s.program_ms.count:
-        rows.append(("program time p50 / p95 / p99", _percentiles(s.program_ms)))
+        rows.append(("program latency p50 / p95 / p99", _percentiles(s.program_ms)))
     if s.metric_ms.count:
-        rows.append(("metric time p50 / p95 / p99", _percentiles(s.metric_ms)))
+        rows.append(("metric latency p50 / p95 / p99", _percentiles(s.metric_ms)))
     if s.program_ran:
         rows.append(
             ("program cost", _cost(s.program_cost_usd, s.program_cost_unmeasured, s.program_ran))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+from typing import Literal
 
 import msgspec
 
@@ -80,6 +81,13 @@ class SimulatorConfig(msgspec.Struct, frozen=True, kw_only=True):
     every reply while a limit is configured, and ``retry-after``/``retry-after-ms`` on its
     429s; off, a 429 is bare (no hint at all), as some servers and proxies answer, so that
     a client's adaptation without headers can be measured.
+
+    ``capacity`` (None: unlimited) is the requests the server works on at once at its
+    set latency; past it, ``over_capacity`` says what happens to a new request: "slow"
+    (the default) stretches its latency by the requests in flight over the capacity, as a
+    server sharing its accelerator between them does (throughput stays at capacity over
+    latency); "429" refuses it at once with ``retry-after`` (unless
+    ``rate_limit_headers`` is off), as a gateway shedding load does.
     """
 
     host: str = "127.0.0.1"
@@ -102,6 +110,8 @@ class SimulatorConfig(msgspec.Struct, frozen=True, kw_only=True):
     models: dict[str, ModelSettings] = {}
     api_key: str | None = None
     rate_limit_headers: bool = True
+    capacity: int | None = None
+    over_capacity: Literal["slow", "429"] = "slow"
     cache_system_prompts: bool = True
     max_history: int = 1_000_000  # arrival times kept for peak_requests()
     max_body_bytes: int = 4 * 1024 * 1024
@@ -131,6 +141,21 @@ class SimulatorConfig(msgspec.Struct, frozen=True, kw_only=True):
                 f"`window_s` must be positive, got {self.window_s!r}",
                 field="window_s",
                 value=self.window_s,
+            )
+        capacity = self.capacity
+        if capacity is not None and (
+            isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1
+        ):
+            raise ModelConfigError(
+                f"`capacity` must be a whole number of requests, 1 or more, got {self.capacity!r}",
+                field="capacity",
+                value=self.capacity,
+            )
+        if self.over_capacity not in ("slow", "429"):
+            raise ModelConfigError(
+                f"`over_capacity` must be 'slow' or '429', got {self.over_capacity!r}",
+                field="over_capacity",
+                value=self.over_capacity,
             )
         self._check_rates()
         self._convert_models()

@@ -6,9 +6,11 @@ request ends there) or hands on to the next:
 1. parse (:meth:`Simulator._parse`): the key, the body's size and shape, the model;
 2. admission (:meth:`Simulator._admit`): the rpm/tpm window, as a real gateway checks
    limits before the model runs; a refused request does not count against the window;
+   past ``capacity`` in flight with ``over_capacity="429"``, a 429 too;
 3. fault injection: one seeded draw; an error fault answers at once;
-4. reply (:meth:`Simulator._reply`): after the latency (a timer, no task), the completion,
-   or the drop or the malformed body a fault asked for.
+4. reply (:meth:`Simulator._reply`): after the latency (a timer, no task; past
+   ``capacity`` in flight, stretched by in flight / capacity), the completion, or the
+   drop or the malformed body a fault asked for.
 
 Handlers are plain functions called by the HTTP server in ``_server.py``: no coroutine per
 request, and a delayed reply is a timer.
@@ -356,6 +358,21 @@ class Simulator:
         """Take the request into the rpm/tpm window, or answer 429 and say False."""
         assert self._loop is not None
         now = self._loop.time()
+        cfg = self.config
+        if (
+            cfg.capacity is not None
+            and cfg.over_capacity == "429"
+            and self._in_flight > cfg.capacity
+        ):
+            self._rate_limited += 1
+            message = f"The server is at capacity ({cfg.capacity} requests in flight)."
+            wait = max(0.05, cfg.latency_ms / 1000.0)
+            lines = JSON
+            if cfg.rate_limit_headers:
+                retry = f"retry-after-ms: {max(1, round(wait * 1000))}\r\n"
+                lines = JSON + retry.encode("latin-1")
+            self._error(conn, 429, message, "requests", "server_overloaded", lines)
+            return False
         refusal = self._limits.admit(now, tokens)
         if refusal is None:
             with self._lock:
@@ -391,6 +408,9 @@ class Simulator:
             delay = cfg.slow_ms
         else:
             delay = latency + (self._rng.uniform(0, jitter) if jitter else 0.0)
+            capacity = cfg.capacity
+            if capacity is not None and self._in_flight > capacity:
+                delay *= self._in_flight / capacity  # the server shares itself out
         if delay > 0:
             conn.call_later(delay / 1000.0, self._deliver, conn, accepted, fault)
         else:

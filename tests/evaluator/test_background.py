@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from evaluator._background import BackgroundEngine, EngineClosedError
+from evaluator._background import BackgroundEngine
+from evaluator._exceptions import EngineClosedError
 from evaluator._models import Models
 from llm_client import ModelConfig, Simulator, SimulatorConfig
 

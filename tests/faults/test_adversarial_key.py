@@ -421,7 +421,7 @@ def test_a_real_run_leaves_the_key_nowhere(
         # completes and writes every example.
         assert done.returncode == 0, done.stderr
         rows = [json.loads(line) for line in out.read_text().splitlines()]
-        assert len(rows) == 5  # a header and 4 results
+        assert len(rows) == 6  # a header, 4 results and the line that records the run's end
         outputs["results file"] = out.read_text()
         # the decoded strings too: JSON escapes would hide a key with quotes from a search
         outputs["results"] = repr(rows)

@@ -102,7 +102,7 @@ class TestCheckCommand:
             )
             == 2
         )
-        assert "between 0 and 600 seconds" in capsys.readouterr().err
+        assert "greater than 0 and at most 600 seconds" in capsys.readouterr().err
 
     def test_missing_files(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """A missing metric or dataset is a usage error, exit 2, one line."""

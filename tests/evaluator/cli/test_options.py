@@ -65,13 +65,13 @@ def files(tmp_path: Path) -> dict[str, str]:
 # (argv, what the one line says); {dir}, {orphan}, {full}, {broken} name files.
 CASES = [
     # check
-    ([*CHECK, "--timeout", "0"], "--timeout must be between 0 and 600 seconds, got 0"),
+    ([*CHECK, "--timeout", "0"], "--timeout must be greater than 0 and at most 600 seconds, got 0"),
     ([*CHECK, "--timeout", "nan"], "--timeout must be a number of seconds, got nan"),
     (["check", "nope.py", "--data", "x"], "metric file 'nope.py' does not exist"),
     ([*CHECK[:2], "--data", "nope.jsonl"], "--data nope.jsonl: no such file"),
     # run: files
-    ([*RUN, "--timeout", "900"], "--timeout must be between 0 and 600 seconds, got 900"),
-    ([*RUN, "--program-timeout", "0"], "--program-timeout must be a positive number of seconds, got 0"),
+    ([*RUN, "--timeout", "900"], "--timeout must be greater than 0 and at most 600 seconds, got 900"),
+    ([*RUN, "--program-timeout", "0"], "--program-timeout must be a number of seconds greater than 0, got 0"),
     ([*RUN, "--workers", "0"], "--workers must be positive, got 0"),
     ([*RUN, "--concurrency", "-3"], "--concurrency must be positive, got -3"),
     ([*RUN, "--metric", "missing.py"], "--metric: no such file 'missing.py'"),
@@ -113,7 +113,7 @@ CASES = [
     ([*RUN, "--model", "m", "--simulator", "nope.json"], "--simulator: no such file 'nope.json'"),
     ([*RUN, "--model", "m", "--simulator", "{broken}"], "--simulator {broken}: "),
     # judges
-    ([*JUDGE, "--timeout", "601"], "--timeout must be between 0 and 600 seconds, got 601"),
+    ([*JUDGE, "--timeout", "601"], "--timeout must be greater than 0 and at most 600 seconds, got 601"),
     ([*JUDGE, "--metric", "nope.py"], "--metric: no such file 'nope.py'"),
     ([*JUDGE, "--program", "nope.py"], "--program: no such file 'nope.py'"),
     ([*JUDGE, "--artifact", "nope.txt"], "--artifact: no such file 'nope.txt'"),
@@ -226,7 +226,8 @@ class TestRunOptions:
         assert (got.artifact, got.timeout, got.program_timeout) == ("be brief", 9.0, 700.0)
         assert (got.workers, got.concurrency) == (3, 20)
         assert (got.execution, got.program_execution, got.json) == ("thread", "async", True)
-        assert got.serving.models == () and got.output is None and not got.resume
+        assert got.serving.models == () and not got.resume
+        assert got.output is not None and Path(got.output).name.endswith("-metric.jsonl")
         with pytest.raises(dataclasses.FrozenInstanceError):
             got.timeout = 1  # type: ignore[misc]
 

@@ -48,7 +48,7 @@ class TestRunProgress:
         out, err = capsys.readouterr()
         assert out == ""
         line = err.strip().splitlines()[-1]
-        assert line.startswith("4/10 done") and "1 errors" in line
+        assert line.startswith("4/10 done") and "1 error " in line
         assert "3 model calls" in line and "1 429s" in line and "cost ?" in line
 
     def test_known_cost_in_dollars(self, capsys: pytest.CaptureFixture[str]) -> None:

@@ -95,6 +95,15 @@ class TestRace:
         assert done.returncode == 0, done.stderr
         assert "winner: strong.json" in done.stdout
         assert 'id="race-matrix"' in (race_dir / "page.html").read_text()
+        refused = subprocess.run(
+            [sys.executable, "-m", "evaluator", "report", "race.json", "--baseline", "race.json"],
+            cwd=race_dir,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert refused.returncode == 2 and "--baseline" in refused.stderr
+        assert "Traceback" not in refused.stderr
 
     def test_errors_are_counted_and_said(self, race_dir: Path) -> None:
         """A metric that raises: every result is an error, counted per candidate and

@@ -120,14 +120,15 @@ class TestRun:
         assert code == 0
         text = capsys.readouterr().out
         assert "Metric return value" in text and "mean score" in text
-        header, *rows = lines_of(out)
+        header, *rows, end = lines_of(out)
         assert header[HEADER_KEY] == 1 and header["metric"]["path"] == str(CLASSIFY / "metric.py")
         assert sorted(row["example_id"] for row in rows) == [f"t{i:02d}" for i in range(1, 31)]
+        assert end[HEADER_KEY] == 1 and end["ended"]["examples"] == 30  # the run's wall time
 
     @pytest.mark.parametrize(
         ("args", "message"),
         [
-            (["--timeout", "900"], "--timeout must be between 0 and 600 seconds, got 900"),
+            (["--timeout", "900"], "--timeout must be greater than 0 and at most 600 seconds, got 900"),
             (["--data", "nope.jsonl"], "nope.jsonl: no such file"),
             (["--metric", "missing.py"], "--metric: no such file 'missing.py'"),
             (["--resume"], "--resume needs --output"),
@@ -243,6 +244,8 @@ class TestResume:
         lines = results(out)
         assert report["n"] == len(lines) and 50 <= len(lines) < 3000
         assert "interrupted" in stderr
+        assert f"stopped: {report['n']:,} of 3,000 examples have results in {out}" in stderr
+        assert "run the same command with --resume" in stderr
         assert "interrupted" in page.read_text()
 
 

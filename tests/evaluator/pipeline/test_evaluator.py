@@ -94,8 +94,8 @@ class TestConfiguration:
         path = write(tmp_path, "m.py", EXACT)
         with pytest.raises(ConfigError) as info:
             Evaluator(path, timeout=900)
-        assert str(info.value) == "`timeout` must be between 0 and 600 seconds, got 900"
-        with pytest.raises(ConfigError, match="between 0 and 600"):
+        assert str(info.value) == "`timeout` must be greater than 0 and at most 600 seconds, got 900"
+        with pytest.raises(ConfigError, match="greater than 0 and at most 600"):
             Evaluator(path, timeout=0)
 
     def test_automatic_choice_never_uses_the_loop_thread_for_sync(self, tmp_path: Path) -> None:

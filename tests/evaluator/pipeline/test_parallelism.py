@@ -151,7 +151,7 @@ class TestExecutorSizes:
         (budget,) = budgets
         assert budget.roles == ("program", "judge")
         assert (budget.rpm, budget.tpm, budget.source) == (6000, 2_000_000, "configured")
-        assert budget.describe() == "64 in flight, 6000 rpm, 2e+06 tpm (configured)"
+        assert budget.describe() == "64 in flight (cap 1024), 6000 rpm, 2e+06 tpm (configured)"
 
     @pytest.mark.parametrize("workers", [3, None])
     async def test_process_stage_parallelism_is_its_real_worker_count(
@@ -238,3 +238,25 @@ class TestModelBoundInFlight:
         for thread in our_threads():
             thread.join(5)
         assert our_threads() == []
+
+
+class TestInFlightFollowsTheModel:
+    async def test_a_judge_stage_goes_past_64_when_the_headers_allow_it(self) -> None:
+        """A server stating 12,000 RPM in its headers, at 500 ms: the judge stage keeps
+        more than 64 calls in flight (counted at the server), not capped by the pipeline;
+        its executor and the report's budget say how far the limit moved, and why."""
+        async with Simulator(SimulatorConfig(latency_ms=500, rpm=12_000)) as sim:
+            async with Evaluator(JUDGE, models=Models(metric=judge_model(sim))) as ev:
+                results = await ev.evaluate_many(None, judged(400))
+                stats = ev.statistics()
+            peak = sim.statistics().peak_in_flight
+        assert all(r.error is None for r in results), [r.error for r in results][:3]
+        assert peak > 64
+        (budget,) = stats.model_budgets
+        assert budget.source == "learned from headers"
+        assert budget.in_flight_source == "rate x latency"
+        assert budget.in_flight_start == 64 and budget.in_flight_max > 64
+        assert budget.in_flight_limit is not None
+        (stage,) = stats.executors
+        assert stage.parallelism == max(64, budget.in_flight_limit)
+        assert budget.describe().startswith(f"64 → {budget.in_flight_limit} in flight")

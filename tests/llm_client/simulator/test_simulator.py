@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -10,7 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from llm_client import ModelClient, ModelSettings, Simulator, SimulatorConfig
+from llm_client import ModelClient, ModelConfigError, ModelSettings, Simulator, SimulatorConfig
 
 from ..conftest import config, judge, user
 from .conftest import chat_request, post, raw, read_reply
@@ -181,3 +183,55 @@ class TestRateLimitHeaders:
         assert status == 200
         assert headers["x-ratelimit-limit-requests"] == "120"
         assert headers["x-ratelimit-remaining-requests"] == "1"
+
+
+class TestCapacity:
+    async def test_past_capacity_replies_slow_down(self, make_sim: Any) -> None:
+        """capacity=1, 200 ms: three requests at once are answered, the later ones after
+        two and three times the latency (in flight over capacity; a lower bound only)."""
+        async with (
+            make_sim(latency_ms=200, capacity=1) as sim,
+            aiohttp.ClientSession() as session,
+        ):
+            body = {"model": "m", "messages": user("x")}
+
+            async def timed() -> tuple[int, float]:
+                started = time.perf_counter()
+                status, _, _ = await post(session, sim, body)
+                return status, time.perf_counter() - started
+
+            replies = await asyncio.gather(*(timed() for _ in range(3)))
+        assert [status for status, _ in replies] == [200, 200, 200]
+        assert max(elapsed for _, elapsed in replies) >= 0.6 - 0.01
+        assert sim.statistics().rate_limited == 0
+
+    async def test_past_capacity_a_429_when_asked(self, make_sim: Any) -> None:
+        """over_capacity="429": a request past the capacity is refused at once, with a
+        retry-after-ms hint; the one within it is served."""
+        async with (
+            make_sim(latency_ms=1000, capacity=1, over_capacity="429") as sim,
+            aiohttp.ClientSession() as session,
+        ):
+            body = {"model": "m", "messages": user("x")}
+            replies = await asyncio.gather(*(post(session, sim, body) for _ in range(3)))
+        statuses = sorted(status for status, _, _ in replies)
+        assert statuses == [200, 429, 429]
+        refused = [(h, p) for status, h, p in replies if status == 429]
+        assert all(h["retry-after-ms"] == "1000" for h, _ in refused)
+        assert all(p["error"]["code"] == "server_overloaded" for _, p in refused)
+        assert sim.statistics().rate_limited == 2
+
+    @pytest.mark.parametrize(
+        ("field", "value", "message"),
+        [
+            ("capacity", 0, "`capacity` must be a whole number of requests, 1 or more, got 0"),
+            ("capacity", 2.5, "`capacity` must be a whole number of requests, 1 or more"),
+            ("over_capacity", "drop", "`over_capacity` must be 'slow' or '429', got 'drop'"),
+        ],
+    )
+    def test_bad_capacity_is_refused(self, field: str, value: Any, message: str) -> None:
+        """A capacity that is not a positive count, or an unknown over_capacity, is a
+        ModelConfigError naming the field."""
+        with pytest.raises(ModelConfigError, match=message.replace("(", r"\(")) as caught:
+            SimulatorConfig(**{field: value})
+        assert caught.value.field == field
