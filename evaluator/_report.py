@@ -39,6 +39,7 @@ __all__ = [
     "combine_clusters",
     "failure_rows",
     "report_rows",
+    "result_cost",
 ]
 
 #: How many failures a report keeps to show (the first ones, in the order they came).
@@ -210,6 +211,15 @@ class CacheSummary(msgspec.Struct, frozen=True, kw_only=True):
     run again and replaced."""
 
 
+def result_cost(result: Result) -> float | None:
+    """What ``result`` cost, program and judge (a program that did not run cost nothing);
+    None when either part was unmeasured."""
+    obs = result.observation
+    program = 0.0 if obs.duration_ms is None else obs.cost_usd
+    judge = result.judge.cost_usd
+    return None if program is None or judge is None else program + judge
+
+
 class _CacheTally:
     """The cache's part of a ReportBuilder: results from the cache, and what they cost."""
 
@@ -220,10 +230,7 @@ class _CacheTally:
         self.spent = self.saved = 0.0
 
     def add(self, result: Result) -> None:
-        obs = result.observation
-        program = 0.0 if obs.duration_ms is None else obs.cost_usd
-        judge = result.judge.cost_usd
-        cost = None if program is None or judge is None else program + judge
+        cost = result_cost(result)
         if result.cached:
             self.cached += 1
             if cost is None:

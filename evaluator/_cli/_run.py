@@ -59,7 +59,7 @@ from ._output import console, print_report, print_steps, reserved_stdout, write_
 from ._progress import ModelCounts, RunProgress
 from ._serving import Serving
 
-__all__ = ["CHECK_EXAMPLES", "execute"]
+__all__ = ["CHECK_EXAMPLES", "engine", "execute"]
 
 CHECK_EXAMPLES = 3
 INTERRUPTED = "interrupted"
@@ -199,20 +199,7 @@ async def _main(
     out = console()
     async with (
         serving.open() as configs,
-        Evaluator(
-            options.metric,
-            options.program,
-            timeout=options.timeout,
-            program_timeout=options.program_timeout,
-            workers=fit_workers(options.workers, plan.total),
-            concurrency=options.concurrency,
-            execution=options.execution,
-            program_execution=options.program_execution,
-            ray_address=options.ray_address,
-            models=serving.models(configs),
-            cache=options.cache,
-            cache_key_files=options.cache_key_files,
-        ) as ev,
+        engine(options, serving, configs, plan.total) as ev,
     ):
         plan.builder.failure_score = ev.failure_score
         _cache_note(ev)
@@ -259,6 +246,25 @@ async def _main(
         print(f"skynet-eval run: error: {incomplete}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK if ending.write_error is None and page_ok else EXIT_FAILED
+
+
+def engine(options: Any, serving: Serving, configs: Any, total: int) -> Evaluator:
+    """The (unopened) Evaluator of a command's engine flags: ``run``'s and ``race``'s
+    options structs share these fields."""
+    return Evaluator(
+        options.metric,
+        options.program,
+        timeout=options.timeout,
+        program_timeout=options.program_timeout,
+        workers=fit_workers(options.workers, total),
+        concurrency=options.concurrency,
+        execution=options.execution,
+        program_execution=options.program_execution,
+        ray_address=options.ray_address,
+        models=serving.models(configs),
+        cache=options.cache,
+        cache_key_files=options.cache_key_files,
+    )
 
 
 def _cache_note(ev: Evaluator) -> None:

@@ -29,6 +29,7 @@ from .._cache import CacheStatistics, KeyMaker, ResultCache, check_directory, ch
 from .._cache import depends_on_measurements as _depends_on_measurements
 from .._calls import LLMHandler
 from .._context import Stage
+from .._dataset import examples_from_rows
 from .._exceptions import ConfigError
 from .._executors._async import AsyncExecutorStatistics
 from .._executors._base import Executor, ExecutorOptions
@@ -38,6 +39,7 @@ from .._kinds import refusal
 from .._loader import UserFunction, load_metric, load_program
 from .._models import ModelRouter, Models, ModelStatistics
 from .._options import MAX_TIMEOUT, validate_count, validate_ray_address, validate_timeout
+from .._race import RaceResult, Ties, run_race
 from .._report import (
     ClusterSummary,
     ModelBudget,
@@ -470,6 +472,62 @@ class Evaluator:
 
         await self._flow.drive(artifact, Source(examples), add, share=share)
         return self.build_report(builder)
+
+    async def race(
+        self,
+        candidates: Sequence[Any],
+        examples: Iterable[Any],
+        *,
+        confidence: float = 0.95,
+        ties: str | Ties = "report",
+        labels: Sequence[str] | None = None,
+        score_range: tuple[float, float] = (0.0, 1.0),
+        max_evaluations: int | None = None,
+        seed: int = 0,
+        tenant: Hashable | None = None,
+        weight: float = 1.0,
+    ) -> RaceResult:
+        """Race the ``candidates`` (artifacts) on the same ``examples`` in rounds and
+        stop evaluating each one once another is better at ``confidence``.
+
+        Returns a :class:`RaceResult`: the winner, or the candidates that could not be
+        told apart reported as tied (never one picked silently); the ranking; each
+        candidate's mean and interval over the examples it saw, how many, when and why
+        it was dropped; the evaluations, model calls and cost spent against evaluating
+        everything. ``ties``: "report" (run until one is left or the examples end), or
+        "epsilon=E" (also stop once the survivors are within E of each other).
+        ``score_range``: the bounds every score (and ``failure_score``) lies in, which
+        the test needs. ``max_evaluations``: stop, and report the standing, before more
+        than this many (candidate, example) evaluations; cached ones count too. ``seed``
+        orders the examples (each round takes the next ones). Each round runs through
+        :meth:`evaluate_many`, so the cache and the rate budget apply: a cached result
+        costs nothing and says so. The method: docs/architecture/race.md.
+        """
+        self._check_open()
+        rows = list(examples_from_rows(examples))
+        lo, hi = score_range
+        if not lo <= self.failure_score <= hi:
+            raise ConfigError(
+                f"failure_score {self.failure_score:g} is outside score_range "
+                f"[{lo:g}, {hi:g}]: an error's score must lie in the range too",
+                option="score_range",
+                value=score_range,
+            )
+
+        async def evaluate(candidate: Any, part: list[Any]) -> list[Result]:
+            return await self.evaluate_many(candidate, part, tenant=tenant, weight=weight)
+
+        return await run_race(
+            evaluate,
+            candidates,
+            rows,
+            confidence=confidence,
+            ties=ties,
+            labels=labels,
+            score_range=score_range,
+            max_evaluations=max_evaluations,
+            seed=seed,
+        )
 
     def build_report(self, builder: ReportBuilder) -> Report:
         """``builder``'s report, with how this Evaluator ran: each stage's executor and
