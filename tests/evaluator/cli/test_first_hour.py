@@ -875,11 +875,32 @@ class TestDotEnv:
             os.environ.pop("FH_JUDGE_KEY", None)
 
 
+#: The user's pytest file for their metric, with ``skynet.testing``.
+UNIT_TEST = """\
+from skynet.testing import score_example
+
+
+def test_a_pass_scores_one():
+    result = score_example("metric.py", "Paris", input={{"question": "?"}}, replies="PASS. Yes.")
+    assert result.score == 1.0 and result.feedback == "PASS. Yes."
+
+
+def test_a_fail_scores_zero():
+    assert score_example("metric.py", "Lyon", input={{"question": "?"}}, replies="FAIL.").score == 0
+
+
+def test_the_broken_row_is_a_metric_error():
+    result = score_example("metric.py", "x", input={question!r}, replies="PASS.")
+    assert result.error.kind == "metric_error" and "this one is broken" in result.error.message
+"""
+
+
 class TestTheFirstHour:
     def test_a_new_users_first_hour(self, tmp_path: Path) -> None:
         """Through the command line as a user runs it (a process, from the project's
         folder): check a judge metric on the simulator, run 10 sampled rows from a
-        config file without --output, see the failures, open the report, resume."""
+        config file without --output, see the failures, open the report, resume; then
+        unit-test the metric with ``skynet.testing`` under pytest."""
         import subprocess
         import sys
 
@@ -936,6 +957,20 @@ class TestTheFirstHour:
         assert resumed.returncode == 0, resumed.stderr
         assert "contract check skipped" in resumed.stdout
         assert sorted(results_ids(results)) == sorted(e.id for e in picked)  # type: ignore[type-var]
+
+        # Unit-test the metric with the helper, under pytest, as the user's own test file.
+        (project / "test_metric.py").write_text(UNIT_TEST.format(question=failing.input))
+        tested = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_metric.py"],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert tested.returncode == 0, tested.stdout + tested.stderr
+        assert "3 passed" in tested.stdout
 
 
 class TestWhatAStopKept:
