@@ -900,7 +900,8 @@ class TestTheFirstHour:
         """Through the command line as a user runs it (a process, from the project's
         folder): check a judge metric on the simulator, run 10 sampled rows from a
         config file without --output, see the failures, open the report, resume; then
-        unit-test the metric with ``skynet.testing`` under pytest."""
+        score the same metric from a library script (the library guide's program) and
+        unit-test it with ``skynet.testing`` under pytest."""
         import subprocess
         import sys
 
@@ -957,6 +958,29 @@ class TestTheFirstHour:
         assert resumed.returncode == 0, resumed.stderr
         assert "contract check skipped" in resumed.stdout
         assert sorted(results_ids(results)) == sorted(e.id for e in picked)  # type: ignore[type-var]
+
+        # The same metric from a library script: the guide's program on the user's files.
+        guide = (ROOT / "docs" / "guide" / "library.md").read_text()
+        (program,) = [
+            b
+            for b in re.findall(r"^```python\n(.*?)^```$", guide, flags=re.M | re.S)
+            if "# prints" in b
+        ]
+        script = program.replace("examples/judges/", "")
+        assert script != program
+        (project / "library.py").write_text(script)
+        scripted = subprocess.run(
+            [sys.executable, "library.py"],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert scripted.returncode == 0, scripted.stderr
+        # 40 rows, each with one judge call but the broken one, which raises before it.
+        assert re.fullmatch(r"\d+ of 40 passed, 39 judge calls\n", scripted.stdout), scripted.stdout
 
         # Unit-test the metric with the helper, under pytest, as the user's own test file.
         (project / "test_metric.py").write_text(UNIT_TEST.format(question=failing.input))
