@@ -107,7 +107,7 @@ def _reason(fn: UserFunction) -> str:
     if fn.model_bound:
         uses = ", ".join(fn.model_use) or "skynet.llm"
         return f"calls {uses} (model-bound)"
-    return "plain sync function (CPU-bound)"
+    return "plain sync function (calls no model)"
 
 
 def choose_execution(

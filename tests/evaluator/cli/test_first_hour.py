@@ -697,6 +697,101 @@ class TestSmallerEdges:
         assert main(argv) == 2
         assert said in capsys.readouterr().err
 
+    @pytest.mark.parametrize(
+        ("rows", "flags", "warned"),
+        [
+            ('{"id": 1, "input": {"q": "a"}, "expected": {"label": "a"}, "output": "a"}', [], True),
+            ('{"id": 1, "input": {"q": "a"}, "expected": "a", "output": "a"}', [], False),
+            ("q,label,output\na,a,a\n", ["--input-cols", "q"], False),
+        ],
+        ids=["canonical", "canonical-wrapped", "flat"],
+    )
+    def test_output_cols_on_canonical_rows_is_warned_of(
+        self,
+        rows: str,
+        flags: list[str],
+        warned: bool,
+        tmp_path: Path,
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """--output-cols on canonical rows, where it does nothing, is warned of; where it
+        wraps a non-object 'expected', or names flat rows' columns, it is not."""
+        data = tmp_path / ("d.csv" if flags else "d.jsonl")
+        data.write_text(rows + "\n")
+        metric = tmp_path / "m.py"
+        metric.write_text(PASSING_METRIC)
+        argv = ["run", "--metric", str(metric), "--data", str(data), *flags, *INLINE]
+        argv += ["--output", str(tmp_path / "r.jsonl"), "--output-cols", "label"]
+        assert main(argv) == 0
+        err = capsys.readouterr().err
+        assert ("--output-cols label did nothing" in err) is warned, err
+
+    def test_a_sleeping_sync_metric_is_not_called_cpu_bound(self, tmp_path: Path) -> None:
+        """A plain sync metric that sleeps gets worker processes, and the reason says what
+        is known (it calls no model), not that it is CPU-bound."""
+        from evaluator import load_metric
+        from evaluator._pipeline import choose_execution
+
+        metric = tmp_path / "m.py"
+        metric.write_text(
+            "import time\n\ndef score(input, output, expected=None):\n"
+            "    time.sleep(0.1)\n    return 1.0, {'feedback': ''}\n"
+        )
+        choice = choose_execution(load_metric(metric), None, option="execution")
+        assert choice.kind == "process"
+        assert choice.reason == "plain sync function (calls no model)"
+        assert "CPU" not in choice.reason
+
+    @pytest.mark.parametrize("with_program", [False, True])
+    def test_a_score_only_run_says_a_rewards_speed_and_cost_are_not_measured(
+        self, with_program: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A score-only run of a metric that reads measurements says they are not
+        measured; with a program, which measures them, it does not."""
+        metric = tmp_path / "m.py"
+        metric.write_text(
+            "from skynet import reward\n\nSPEC = {'weights': {'accuracy': 0.5, 'speed': 0.5, "
+            "'cost': 0}, 'accuracy': {}, 'speed': {'reference': 100}, 'cost': {'reference': 1}}"
+            "\n\ndef score(input, output, expected=None):\n    return reward(SPEC, 1.0)\n"
+        )
+        data = tmp_path / "d.jsonl"
+        data.write_text('{"id": 1, "input": {"q": "a"}, "output": "a"}\n')
+        argv = ["run", "--metric", str(metric), "--data", str(data), *INLINE]
+        argv += ["--output", str(tmp_path / "r.jsonl")]
+        if with_program:
+            program = tmp_path / "p.py"
+            program.write_text("def run(artifact, input):\n    return input['q']\n")
+            argv += ["--program", str(program), "--program-execution", "inline"]
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        said = "a score-only run (no --program) measures no program time or cost" in out
+        assert said is not with_program, out
+
+    def test_a_cached_runs_headline_costs_are_spent_now(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Run twice with a cache: the second run's judge cost is what it spent now ($0),
+        with what its results represent beside it (the first run's spend)."""
+        data = dataset(tmp_path, 4)
+        argv = ["run", "--metric", str(JUDGE_METRIC), "--data", str(data), *ON_SIMULATOR]
+        argv += [*INLINE, "--cache", str(tmp_path / "cache"), "--json"]
+        argv += ["--price-input", "1", "--price-output", "1"]
+        assert main([*argv, "--output", str(tmp_path / "a.jsonl")]) == 0
+        first = json.loads(capsys.readouterr().out)
+        spent = first["judge_cost_usd"]
+        assert spent > 0
+        assert main([*argv, "--output", str(tmp_path / "b.jsonl")]) == 0
+        second = json.loads(capsys.readouterr().out)
+        assert second["cache"]["cached"] == 4
+        assert second["cache"]["judge_cost_spent_usd"] == 0
+        import msgspec
+
+        from evaluator import Report
+        from evaluator._report import report_rows
+
+        rows = dict(report_rows(msgspec.convert(second, Report)))
+        assert rows["judge cost"] == f"$0.000000 spent now (the results represent ${spent:.6f})"
+
     def test_id_col_needs_flat_rows(self, capsys: pytest.CaptureFixture[str]) -> None:
         """--id-col without --input-cols says it is for flat rows."""
         argv = ["check", str(JUDGE_METRIC), "--data", str(JUDGE_DATA), "--id-col", "qid"]
