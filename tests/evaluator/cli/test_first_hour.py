@@ -1017,9 +1017,9 @@ class TestTheFirstHour:
         env = {k: v for k, v in os.environ.items() if k != "SKYNET_EVAL_RUNS_DIR"}
         env["PYTHONPATH"] = str(ROOT)
 
-        def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        def in_project(*argv: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run(
-                [sys.executable, "-m", "evaluator", *argv],
+                argv,
                 cwd=project,
                 env=env,
                 capture_output=True,
@@ -1027,6 +1027,9 @@ class TestTheFirstHour:
                 timeout=300,
                 check=False,
             )
+
+        def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+            return in_project(sys.executable, "-m", "evaluator", *argv)
 
         checked = cli("check", "--config", "run.toml")
         assert checked.returncode == 0, checked.stderr
@@ -1064,29 +1067,15 @@ class TestTheFirstHour:
         script = program.replace("examples/judges/", "")
         assert script != program
         (project / "library.py").write_text(script)
-        scripted = subprocess.run(
-            [sys.executable, "library.py"],
-            cwd=project,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        scripted = in_project(sys.executable, "library.py")
         assert scripted.returncode == 0, scripted.stderr
         # 40 rows, each with one judge call but the broken one, which raises before it.
         assert re.fullmatch(r"\d+ of 40 passed, 39 judge calls\n", scripted.stdout), scripted.stdout
 
         # Unit-test the metric with the helper, under pytest, as the user's own test file.
         (project / "test_metric.py").write_text(UNIT_TEST.format(question=failing.input))
-        tested = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_metric.py"],
-            cwd=project,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
+        tested = in_project(
+            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_metric.py"
         )
         assert tested.returncode == 0, tested.stdout + tested.stderr
         assert "3 passed" in tested.stdout
