@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from evaluator._cli import main
+from tests._helpers import PROCESS
 
 ROOT = Path(__file__).resolve().parents[3]
 CLASSIFY = ROOT / "examples" / "classify"
@@ -115,6 +116,8 @@ class TestRun:
                 "--artifact-text", "refund -> billing",
                 "--data", str(CLASSIFY / "data.jsonl"),
                 "--output", str(out),
+                "--execution", "inline",
+                "--program-execution", "inline",
             ]
         )  # fmt: skip
         assert code == 0
@@ -163,12 +166,14 @@ class TestRun:
         metric.write_text("def score(i, o, e=None):\n    return 0.5\n")
         data = _dataset(tmp_path / "d.jsonl", 5)
         out = tmp_path / "r.jsonl"
-        code = main(["run", "--metric", str(metric), "--data", str(data), "--output", str(out)])
+        argv = ["run", "--metric", str(metric), "--data", str(data), "--output", str(out)]
+        code = main([*argv, "--execution", "inline"])
         assert code == 1
         assert not out.exists()  # nothing written: no file left behind
 
 
 class TestResume:
+    @pytest.mark.process
     def test_kill_then_resume_gives_each_id_once(self, tmp_path: Path) -> None:
         """After SIGKILL mid-run, --resume completes the file: every id exactly once, and
         the lines written before the kill are kept as they were (none redone)."""
@@ -210,6 +215,7 @@ class TestResume:
         data = _dataset(tmp_path / "d.jsonl", 5)
         out = tmp_path / "r.jsonl"
         argv = ["run", "--metric", str(CLASSIFY / "metric.py"), "--data", str(data)]
+        argv += ["--execution", "inline"]
         assert main([*argv, "--output", str(out), "--json"]) == 0
         capsys.readouterr()
         before = out.read_bytes()
@@ -253,7 +259,7 @@ class TestResume:
 
 
 class TestJudgeMetric:
-    @pytest.mark.parametrize("execution", ["thread", "process"])
+    @pytest.mark.parametrize("execution", ["thread", PROCESS])
     def test_page_judge_on_the_simulator(self, tmp_path: Path, execution: str) -> None:
         """The page's judge runs unchanged in threads (its default) and forced into worker
         processes (calls relayed to the engine): same verdicts, one metered call each."""
@@ -285,6 +291,7 @@ class TestJudgeMetric:
         assert {r["score"] for r in rows} == {0.0, 1.0}
         assert all(r["feedback"].startswith(("PASS", "FAIL")) for r in rows)
 
+    @pytest.mark.process
     def test_thread_and_process_agree(self, tmp_path: Path) -> None:
         """Deterministic replies: the same verdicts whichever executor runs the judge."""
         got = {}
@@ -388,6 +395,10 @@ class TestRewardMetric:
                     "--output",
                     str(out),
                     "--json",
+                    "--execution",
+                    "inline",
+                    "--program-execution",
+                    "thread",
                 ]
             )
             == 0
@@ -420,6 +431,8 @@ class TestRewardMetric:
                     "--output",
                     str(out),
                     "--json",
+                    "--execution",
+                    "inline",
                 ]
             )
             == 0
@@ -675,6 +688,7 @@ class TestHtmlReport:
             "--artifact", str(CLASSIFY / "prompt.txt"),
             "--data", str(CLASSIFY / "data.jsonl"),
             "--execution", "inline",
+            "--program-execution", "inline",
             "--report", str(page),
         ]  # fmt: skip
         if with_output:
