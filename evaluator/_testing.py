@@ -153,6 +153,11 @@ async def ascore_example(
     if replies is not None and models is not None:
         raise TypeError("give `replies` (scripted) or `models` (real calls), not both")
     fn = metric if isinstance(metric, UserFunction) else load_metric(metric)
+    if fn.uses_llm and replies is None and models is None:
+        raise TypeError(
+            f"`{fn.name}` in {fn.path.name} calls skynet.llm(): give `replies` (scripted "
+            "model replies) or `models` (a model to call, the simulator's, say)"
+        )
     seconds = validate_timeout(timeout, "timeout", upper=MAX_TIMEOUT)
     obs = _observation(observation)
     call = ScoreCall(0, example_id, input, output, expected, obs)

@@ -157,6 +157,12 @@ class TestScoreExample:
         assert result.judge.input_tokens > 0
         assert result.judge.cost_usd is not None and result.judge.cost_usd > 0
 
+    def test_a_judge_without_replies_or_models(self) -> None:
+        """A metric that calls skynet.llm() with neither replies nor models is refused
+        before it runs, naming both parameters."""
+        with pytest.raises(TypeError, match=r"calls skynet\.llm\(\): give `replies`"):
+            score_example(JUDGE, "Paris", input=QUESTION)
+
     def test_replies_and_models_together(self) -> None:
         """Scripted replies and real models at once is refused, naming both."""
         with pytest.raises(TypeError, match=r"`replies`.*`models`"):
