@@ -18,6 +18,8 @@ from typing import Any
 
 import msgspec
 
+from llm_client import Completion
+
 from ._calls import LLMHandler, ScoreCall
 from ._context import Stage
 from ._executors._base import ExecutorOptions
@@ -41,22 +43,6 @@ _SCRIPTED = "a scripted reply (skynet.testing): no model was called"
 class ScriptError(AssertionError):
     """The metric's model calls did not fit the scripted ``replies`` (too many calls, no
     reply for a prompt): a mistake of the test, raised after the call, never scored."""
-
-
-class _Completion(msgspec.Struct, frozen=True):
-    """A scripted reply's usage, as the engine's meter reads a model's: nothing measured."""
-
-    text: str
-    model: str = "scripted"
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
-    reasoning_tokens: int = 0
-    queued_ms: float = 0.0
-    retries: int = 0
-    rate_limited: int = 0
-    cost_usd: float | None = None
-    cost_note: str = _SCRIPTED
 
 
 class _Script:
@@ -105,7 +91,11 @@ class _Script:
     ) -> str:
         self.prompts.append((instruction, input))
         text = self.reply(instruction, input)
-        self.meters.meter(token).add(_Completion(text))
+        # Metered as a model's reply is, with no price: its cost is unmeasured, never 0.
+        reply = Completion(
+            text=text, model="scripted", input_tokens=0, output_tokens=0, cost_note=_SCRIPTED
+        )
+        self.meters.meter(token).add(reply)
         return text
 
 
