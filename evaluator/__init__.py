@@ -226,4 +226,5 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    # The public names only: the engine's modules and helpers are not the package's API.
+    return sorted(__all__)

@@ -145,7 +145,8 @@ def _canonical_example(
         raise _RowProblem(
             f"row has no 'input' object (it has keys {_have(row)}); use the canonical row "
             '{"id", "input": {...}, "expected": {...}} or name the flat columns with '
-            "--input-cols (and --output-cols for the expected values)"
+            "--input-cols (and --output-cols for the expected values; in Python, "
+            "input_cols= and output_cols=)"
         )
     inputs = row["input"]
     if not isinstance(inputs, dict):
@@ -155,7 +156,8 @@ def _canonical_example(
         if not output_cols or len(output_cols) != 1:
             raise _RowProblem(
                 f"'expected' is a {type(expected).__name__}, not an object; write it as "
-                '{"<output column>": value} or pass one --output-cols name to wrap it'
+                '{"<output column>": value} or pass one --output-cols name (in Python, '
+                "output_cols=) to wrap it"
             )
         expected = {output_cols[0]: expected}
     unknown = set(row) - _CANONICAL_KEYS
@@ -203,6 +205,29 @@ class _Unique:
 
 class _Duplicate(Exception):
     """A duplicate id, before it is placed in its file."""
+
+
+def check_unique_ids(seen: dict[Any, int], examples: list[Example], start: int) -> None:
+    """Refuses an id already ``seen`` (id -> position) or repeated in ``examples`` (those
+    at positions ``start ..``), naming the id, both positions and the parameter: the
+    library's ``examples``, as :class:`_Unique` is the files'. One dict update in C per
+    chunk; only a duplicate pays for a loop."""
+    ids = [ex.id for ex in examples]
+    fresh = dict(zip(ids, range(start, start + len(ids)), strict=True))
+    if len(fresh) == len(examples) and seen.keys().isdisjoint(fresh):
+        seen.update(fresh)
+        return
+    for position, ex in enumerate(examples, start):
+        first = seen.setdefault(ex.id, position)
+        if first != position:
+            raise DatasetError(
+                None,
+                None,
+                f"`examples` has the id {ex.id!r} twice, at positions {first} and {position}; "
+                "every example needs its own id (a row without an id gets its position as "
+                "its id); to score an example more than once on purpose, pass "
+                "unique_ids=False",
+            )
 
 
 def _explicit_id(row: Any, id_col: str | None = None) -> bool:
@@ -255,7 +280,10 @@ def load_examples(
     suffix = p.suffix.lower()
     if suffix == ".csv" and not input_cols:
         raise DatasetError(
-            p, None, "a CSV dataset needs --input-cols (and --output-cols for expected values)"
+            p,
+            None,
+            "a CSV dataset needs --input-cols (and --output-cols for expected values; in "
+            "Python, input_cols= and output_cols=)",
         )
     if suffix not in _READERS:
         raise DatasetError(p, None, f"unknown dataset type {suffix!r}; use .jsonl, .json or .csv")

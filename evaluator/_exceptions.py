@@ -320,7 +320,8 @@ class ResumeMismatch(ResultsFileError):
             "these results were made with other files, so they are not what this run "
             f"would compute: {'; '.join(changes)}",
             "choose another output file to start afresh (or move this one away), or force "
-            f"the resume (--force) to keep its {results} result(s) for ids still in the "
+            f"the resume (--force; in Python, open_results(..., force=True)) to keep its {results} "
+            "result(s) for ids still in the "
             "dataset and run only the missing examples with the current files",
         )
 

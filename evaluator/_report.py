@@ -82,7 +82,7 @@ class StageExecution(msgspec.Struct, frozen=True, kw_only=True):
     source: str
     """What chose it: "automatic", "EXECUTION" (the user's file) or "option"."""
     reason: str
-    """Why, in words: "calls openai (model-bound)", "plain sync function (CPU-bound)"."""
+    """Why, in words: "calls openai (model-bound)", "plain sync function (calls no model)"."""
     option: str | None = None
     """The option that chose it (its API name), when ``source`` is "option"."""
 
@@ -200,6 +200,10 @@ class CacheSummary(msgspec.Struct, frozen=True, kw_only=True):
     cost_spent_usd: float | None
     cost_represented_usd: float | None
     cost_saved_usd: float | None
+    program_cost_spent_usd: float | None = None
+    """The program's part of ``cost_spent_usd`` (None: some of it was not measured)."""
+    judge_cost_spent_usd: float | None = None
+    """The judge's part of ``cost_spent_usd`` (None: some of it was not measured)."""
     measured_kept: bool = False
     memory_hits: int | None = None
     disk_hits: int | None = None
@@ -223,11 +227,25 @@ def result_cost(result: Result) -> float | None:
 class _CacheTally:
     """The cache's part of a ReportBuilder: results from the cache, and what they cost."""
 
-    __slots__ = ("cached", "executed", "saved", "saved_unmeasured", "spent", "spent_unmeasured")
+    __slots__ = (
+        "cached",
+        "executed",
+        "judge_spent",
+        "judge_unmeasured",
+        "program_spent",
+        "program_unmeasured",
+        "saved",
+        "saved_unmeasured",
+        "spent",
+        "spent_unmeasured",
+    )
 
     def __init__(self) -> None:
         self.cached = self.executed = self.spent_unmeasured = self.saved_unmeasured = 0
         self.spent = self.saved = 0.0
+        # What the executed examples cost now, per stage (the report's headline costs).
+        self.program_spent = self.judge_spent = 0.0
+        self.program_unmeasured = self.judge_unmeasured = 0
 
     def add(self, result: Result) -> None:
         cost = result_cost(result)
@@ -243,6 +261,14 @@ class _CacheTally:
                 self.spent_unmeasured += 1
             else:
                 self.spent += cost
+            if program is None:
+                self.program_unmeasured += 1
+            else:
+                self.program_spent += program
+            if judge is None:
+                self.judge_unmeasured += 1
+            else:
+                self.judge_spent += judge
 
     def summary(self, stats: Any) -> CacheSummary | None:
         if stats is None and not self.cached:
@@ -256,6 +282,8 @@ class _CacheTally:
             cost_spent_usd=spent,
             cost_represented_usd=None if spent is None or saved is None else spent + saved,
             cost_saved_usd=saved,
+            program_cost_spent_usd=None if self.program_unmeasured else self.program_spent,
+            judge_cost_spent_usd=None if self.judge_unmeasured else self.judge_spent,
             measured_kept=bool(getattr(stats, "measured", False)) and self.cached > 0,
             memory_hits=getattr(stats, "memory_hits", None),
             disk_hits=getattr(stats, "disk_hits", None),
@@ -624,11 +652,25 @@ def _cost_rows(report: Report) -> Rows:
             )
         return f"${value:.6f}"
 
+    cache = report.cache
+
+    def headline(represented: str, now: float | None) -> str:
+        # With results from the cache, the sums are what the results cost when they were
+        # made: the headline is what was spent now, and that sum stands beside it.
+        if cache is None or not cache.cached:
+            return represented
+        spent = "unmeasured" if now is None else f"${now:.6f}"
+        return f"{spent} spent now (the results represent {represented})"
+
     rows: Rows = []
     if report.program_cost_measured or report.program_cost_unmeasured:
-        rows.append(("program cost", usd(report.program_cost_usd, report.program_cost_unmeasured)))
+        represented = usd(report.program_cost_usd, report.program_cost_unmeasured)
+        now = None if cache is None else cache.program_cost_spent_usd
+        rows.append(("program cost", headline(represented, now)))
     if report.judge_llm_calls or report.judge_cost_unmeasured:
-        rows.append(("judge cost", usd(report.judge_cost_usd, report.judge_cost_unmeasured)))
+        represented = usd(report.judge_cost_usd, report.judge_cost_unmeasured)
+        now = None if cache is None else cache.judge_cost_spent_usd
+        rows.append(("judge cost", headline(represented, now)))
     if report.program_llm_calls or report.judge_llm_calls:
         calls = f"{report.program_llm_calls:,} program, {report.judge_llm_calls:,} judge"
         rows.append(("model calls", calls))

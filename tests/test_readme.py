@@ -133,3 +133,22 @@ def test_the_library_example_runs_as_a_file(tmp_path: Path) -> None:
     done = run_as_user([sys.executable, str(script)])
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == promised.group(1).strip()
+
+
+def test_the_library_guides_judge_program_runs_as_a_file(tmp_path: Path) -> None:
+    """docs/guide/library.md's judge program (a model on the simulator, ``evaluate_many``
+    in the running loop), saved as a file and run with python, prints what it says."""
+    guide = (ROOT / "docs" / "guide" / "library.md").read_text(encoding="utf-8")
+    programs = [
+        b
+        for b in re.findall(r"^```python\n(.*?)^```$", guide, flags=re.M | re.S)
+        if "# prints" in b
+    ]
+    assert len(programs) == 1, "the guide shows one complete program"
+    promised = re.search(r"# prints (.+)$", programs[0], flags=re.M)
+    assert promised is not None
+    script = tmp_path / "judge.py"
+    script.write_text(programs[0], encoding="utf-8")
+    done = run_as_user([sys.executable, str(script)])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == promised.group(1).strip()

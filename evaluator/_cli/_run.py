@@ -48,6 +48,7 @@ from evaluator import (
     fingerprint_run,
     open_results,
 )
+from evaluator._cache import depends_on_measurements
 from evaluator._executors._base import fit_workers
 from evaluator._fingerprint import RunEnd
 from evaluator._pipeline._assembly import check_result_count
@@ -136,7 +137,32 @@ def _plan(options: RunOptions) -> _Plan:
         )
     if options.report is not None and options.output is None:
         plan.kept = []
+    _warn_unused_output_cols(options)
     return plan
+
+
+def _warn_unused_output_cols(options: RunOptions) -> None:
+    """``--output-cols`` on canonical rows (no ``--input-cols``) only wraps a non-object
+    ``expected`` into ``{NAME: value}``: when no row of the file has one, it did nothing.
+    The file's rows are read again for this, only when the flags are given so."""
+    data = options.data
+    if not data.output_cols or data.input_cols:
+        return
+    from evaluator._dataset import _READERS
+
+    reader = _READERS.get(Path(data.path).suffix.lower())
+    if reader is None:
+        return
+    for _, row in reader(Path(data.path)):
+        expected = row.get("expected") if isinstance(row, dict) else None
+        if len(data.output_cols) == 1 and expected is not None and not isinstance(expected, dict):
+            return  # wrapped: it did something
+    _warn(
+        f"--output-cols {' '.join(data.output_cols)} did nothing: without --input-cols the "
+        "rows are canonical, and their expected values are their 'expected' objects; "
+        "--output-cols names the expected columns of flat rows (with --input-cols), or "
+        "with one name wraps a canonical row's non-object 'expected'"
+    )
 
 
 @contextmanager
@@ -210,6 +236,15 @@ async def _main(
             out.print("[red]Contract check failed[/red]: the run did not start.")
             return EXIT_FAILED
         plan.builder.restart_clock()
+        if options.program is None and depends_on_measurements(ev.metric):
+            _say(
+                "note: a score-only run (no --program) measures no program time or cost, "
+                "which this metric reads (reward(), observation() or a REWARD_SPEC): "
+                "reward() scores speed and cost 0 and says they were not measured; give "
+                "--program to measure them",
+                out,
+                options.json,
+            )
         # The check ran these examples end to end already: keep them rather than pay for
         # their model calls twice (but never twice for an id --resume already has).
         checked = [r for r in checked if r.example_id not in plan.done]

@@ -110,7 +110,7 @@ def _reason(fn: UserFunction) -> str:
     if fn.model_bound:
         uses = ", ".join(fn.model_use) or "skynet.llm"
         return f"calls {uses} (model-bound)"
-    return "plain sync function (CPU-bound)"
+    return "plain sync function (calls no model)"
 
 
 def choose_execution(
@@ -418,8 +418,19 @@ class Evaluator:
         *,
         tenant: Hashable | None = None,
         weight: float = 1.0,
+        unique_ids: bool = True,
     ) -> list[Result]:
         """Evaluate ``examples`` with ``artifact``; one result per example, in input order.
+
+        ``examples`` is an iterable or an async iterable (a list, a generator,
+        :func:`load_examples`' iterator, an ``async def`` generator), read lazily, of
+        :class:`Example` s or row dicts in the dataset's canonical form (``{"id": ...,
+        "input": ..., "expected": ..., "output": ...}``: ``input`` required, ``output``
+        for a score-only run, a row without ``id`` gets its position). Each example's id
+        must be unique in the call: a repeated id raises :class:`DatasetError` naming it
+        and both positions, unless ``unique_ids=False`` (an optimizer's minibatch that
+        draws an example twice; results stay in input order). ``artifact`` is passed to
+        the program's ``run`` as it is (ignored by a score-only run).
 
         ``tenant`` (default: the calling task) and ``weight`` (default 1) set this call's
         share of the executors' slots and the model budgets while other tenants want
@@ -428,7 +439,7 @@ class Evaluator:
         """
         self._check_open()
         share = caller_share(tenant, weight)
-        return await self._flow.collect(artifact, examples, share=share)
+        return await self._flow.collect(artifact, examples, share=share, unique_ids=unique_ids)
 
     def stream(
         self,
@@ -437,6 +448,7 @@ class Evaluator:
         *,
         tenant: Hashable | None = None,
         weight: float = 1.0,
+        unique_ids: bool = True,
     ) -> ResultStream:
         """Results as they complete, in bounded memory.
 
@@ -444,12 +456,13 @@ class Evaluator:
         ``async with ev.stream(...) as results`` (or ``await results.aclose()``) to stop
         early and release at once what is still in flight. A consumer cancelled while it
         waits for the next result (a client that disconnected) stops the stream's work
-        too. ``tenant`` (default: the task that calls ``stream``) and ``weight``: as for
-        :meth:`evaluate_many`.
+        too. ``examples``, ``unique_ids``, ``tenant`` (default: the task that calls
+        ``stream``) and ``weight``: as for :meth:`evaluate_many`.
         """
         self._check_open()
         share = caller_share(tenant, weight)
-        return ResultStream(self._flow, self._check_open, artifact, Source(examples), share)
+        source = Source(examples, unique_ids=unique_ids)
+        return ResultStream(self._flow, self._check_open, artifact, source, share)
 
     async def evaluate(
         self,
@@ -458,10 +471,12 @@ class Evaluator:
         *,
         tenant: Hashable | None = None,
         weight: float = 1.0,
+        unique_ids: bool = True,
     ) -> Report:
         """Evaluate ``examples`` and return the :class:`Report` (no list of results kept).
 
-        ``tenant`` and ``weight``: as for :meth:`evaluate_many`.
+        ``examples``, ``unique_ids``, ``tenant`` and ``weight``: as for
+        :meth:`evaluate_many`.
         """
         self._check_open()
         share = caller_share(tenant, weight)
@@ -470,7 +485,7 @@ class Evaluator:
         async def add(position: int, chunk: list[Result]) -> None:
             builder.add_many(chunk)
 
-        await self._flow.drive(artifact, Source(examples), add, share=share)
+        await self._flow.drive(artifact, Source(examples, unique_ids=unique_ids), add, share=share)
         return self.build_report(builder)
 
     async def race(

@@ -46,7 +46,7 @@ from llm_client import Share
 from .._aio import shielded, unwrap_group
 from .._cache import ResultCache
 from .._calls import Outcome
-from .._dataset import Example, _row_to_example
+from .._dataset import Example, _row_to_example, check_unique_ids
 from .._executors._base import Executor
 from .._models import ModelRouter
 from .._results import Result
@@ -128,9 +128,13 @@ class Sizer:
 class Source:
     """Pulls examples in chunks from an iterable or async iterable of examples or rows."""
 
-    __slots__ = ("_aiter", "_iter", "_lock", "position")
+    __slots__ = ("_aiter", "_ids", "_iter", "_lock", "position")
 
-    def __init__(self, examples: Iterable[Any] | AsyncIterable[Any]) -> None:
+    def __init__(
+        self, examples: Iterable[Any] | AsyncIterable[Any], *, unique_ids: bool = True
+    ) -> None:
+        #: The ids taken so far and their positions (None: repeats allowed).
+        self._ids: dict[Any, int] | None = {} if unique_ids else None
         self._iter: Iterator[Any] | None = None
         self._aiter: AsyncIterator[Any] | None = None
         if isinstance(examples, AsyncIterable):
@@ -166,6 +170,8 @@ class Source:
                     rows[i] = _row_to_example(
                         row, start + i, input_cols=None, output_cols=None, path=None, line=None
                     )
+        if self._ids is not None and rows:
+            check_unique_ids(self._ids, rows, start)
         return rows
 
 
@@ -262,18 +268,18 @@ class Flow:
         examples: Iterable[Any] | AsyncIterable[Any],
         *,
         share: Share | None = None,
+        unique_ids: bool = True,
     ) -> list[Result]:
         """Every example's result, in input order."""
         if isinstance(examples, (list, tuple)):
             items: list[Any] = list(examples)
+            source = Source(items, unique_ids=unique_ids)
             if 0 < len(items) <= self.chunk_size():
                 # An optimizer's minibatch: one chunk, in the caller's task, no task group.
-                source = Source(items)
                 chunk = await source.take(len(items))
                 return await self.chunk(artifact, chunk, len(chunk), share=share)
-            source = Source(items)
         else:
-            source = Source(examples)
+            source = Source(examples, unique_ids=unique_ids)
         results: list[Result] = []
 
         async def place(position: int, chunk: list[Result]) -> None:

@@ -131,7 +131,10 @@ class TestRun:
     @pytest.mark.parametrize(
         ("args", "message"),
         [
-            (["--timeout", "900"], "--timeout must be greater than 0 and at most 600 seconds, got 900"),
+            (
+                ["--timeout", "900"],
+                "--timeout must be greater than 0 and at most 600 seconds, got 900",
+            ),
             (["--data", "nope.jsonl"], "nope.jsonl: no such file"),
             (["--metric", "missing.py"], "--metric: no such file 'missing.py'"),
             (["--resume"], "--resume needs --output"),
@@ -218,7 +221,7 @@ class TestResume:
         before = out.read_bytes()
         assert main([*argv, "--output", str(out)]) == 2
         err = capsys.readouterr().err
-        assert "already holds 5 result(s); resume to go on from them (--resume)" in err
+        assert "already holds 5 result(s); resume to go on from them (--resume;" in err
         assert out.read_bytes() == before
 
     @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
