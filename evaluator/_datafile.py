@@ -18,7 +18,11 @@ format:
   cannot be sent to a model or written to a results file, and is named as such.
 - **Nesting is limited** to :data:`MAX_DEPTH` levels. The parsers and the engine (copies,
   pickling to worker processes, the results file) recurse once per level; a row nested
-  5,000 deep would otherwise end in a ``RecursionError`` somewhere later.
+  5,000 deep would otherwise end in a ``RecursionError`` somewhere later. msgspec has no
+  depth limit of its own (it stops at the interpreter's recursion limit), so a JSON Lines
+  row's depth is walked only when its line could pass the limit: at least
+  ``2 * (MAX_DEPTH + 1)`` bytes with more ``[`` and ``{`` than ``MAX_DEPTH`` (a cheap
+  upper bound on its depth); other rows cost no walk.
 
 Rows are decoded with msgspec for ``.jsonl`` and ``.json`` alike (one JSON dialect), and
 read lazily where the format allows (JSON Lines and CSV stream; a ``.json`` list is one
