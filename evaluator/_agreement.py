@@ -4,22 +4,20 @@ its cost: pure statistics for the judges comparison.
 Verdicts are any hashable labels (``"PASS"``/``"FAIL"``, ``True``/``False``, class
 names); scores are real numbers. Repeated ratings are one row per item, one column per
 repeat (``ratings[item][repeat]``). Everything here is plain Python on small inputs (a few
-thousand examples, a handful of judges, a few repeats): no NumPy needed, deterministic for
-a seed.
+thousand examples, a handful of judges, a few repeats), exact and deterministic. Their
+intervals are :func:`evaluator._stats.bootstrap_ci`'s.
 """
 
 from __future__ import annotations
 
 import math
 import operator
-import random
 from collections import Counter
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from typing import TypeVar
 
 __all__ = [
     "agreement_rate",
-    "bootstrap_ci",
     "cohens_kappa",
     "confusion_counts",
     "fleiss_kappa",
@@ -53,7 +51,7 @@ def agreement_rate(a: Sequence[Hashable], b: Sequence[Hashable]) -> float:
 
 
 def _agreeing(a: Sequence[Hashable], b: Sequence[Hashable]) -> int:
-    # map(eq) runs in C; bootstrap calls this thousands of times.
+    # map(eq) runs in C; a bootstrap calls this thousands of times.
     return list(map(operator.eq, a, b)).count(True)
 
 
@@ -104,53 +102,6 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
     sxy = math.fsum(map(operator.mul, dx, dy))
     # Rounding can push |r| a hair past 1 for perfectly linear data.
     return max(-1.0, min(1.0, sxy / math.sqrt(sxx * syy)))
-
-
-def _percentile(ordered: Sequence[float], q: float) -> float:
-    """The q-quantile (0..1) of sorted values, interpolating linearly (NumPy's default)."""
-    position = q * (len(ordered) - 1)
-    below = math.floor(position)
-    above = min(below + 1, len(ordered) - 1)
-    fraction = position - below
-    return ordered[below] + (ordered[above] - ordered[below]) * fraction
-
-
-def bootstrap_ci(
-    statistic: Callable[[Sequence[P]], float | None],
-    pairs: Sequence[P],
-    n_resamples: int = 2000,
-    confidence: float = 0.95,
-    seed: int = 0,
-) -> tuple[float, float] | None:
-    """A percentile bootstrap confidence interval of ``statistic`` over ``pairs``.
-
-    Each resample draws ``len(pairs)`` pairs with replacement and passes that list to
-    ``statistic``, e.g. ``lambda s: cohens_kappa([x for x, _ in s], [y for _, y in s])``.
-    Resamples where the statistic is undefined (it returns None, as :func:`pearson` does
-    without variance) are left out; None is returned when no resample gives a value. The
-    same seed gives the same interval.
-    """
-    if not pairs:
-        raise ValueError("bootstrap_ci: needs at least one pair, got none")
-    if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 1:
-        raise ValueError(f"bootstrap_ci: `n_resamples` must be a positive int, got {n_resamples!r}")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(
-            f"bootstrap_ci: `confidence` must lie strictly between 0 and 1, got {confidence!r}"
-        )
-    rng = random.Random(seed)
-    population = list(pairs)
-    n = len(population)
-    values: list[float] = []
-    for _ in range(n_resamples):
-        value = statistic(rng.choices(population, k=n))
-        if value is not None:
-            values.append(value)
-    if not values:
-        return None
-    values.sort()
-    tail = (1.0 - confidence) / 2.0
-    return _percentile(values, tail), _percentile(values, 1.0 - tail)
 
 
 def pareto_front(points: Sequence[tuple[float | None, float | None]]) -> list[bool]:

@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
+from ._exceptions import EngineClosedError
 from ._lm import served
 from ._models import Meter, ModelRouter, Models
 from ._results import Usage
@@ -31,13 +32,9 @@ from ._results import Usage
 if TYPE_CHECKING:
     from llm_client import SimulatorConfig
 
-__all__ = ["BackgroundEngine", "EngineClosedError"]
+__all__ = ["BackgroundEngine"]
 
 logger = logging.getLogger("evaluator.engine")
-
-
-class EngineClosedError(RuntimeError):
-    """A model call reached an engine that is closed (or closed while the call waited)."""
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -48,25 +45,6 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
         return None
     factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
     return factory
-
-
-def _merge(total: Meter, meter: Meter) -> None:
-    """Add one call's meter to the running total; one unpriced call makes the cost None."""
-    total.calls += meter.calls
-    total.input_tokens += meter.input_tokens
-    total.output_tokens += meter.output_tokens
-    total.cached_tokens += meter.cached_tokens
-    total.reasoning_tokens += meter.reasoning_tokens
-    total.queued_ms += meter.queued_ms
-    total.retries += meter.retries
-    total.rate_limited += meter.rate_limited
-    if meter.cost_usd is None:
-        total.cost_usd = None
-    elif total.cost_usd is not None:
-        total.cost_usd += meter.cost_usd
-    for note in meter.notes:
-        if note not in total.notes:
-            total.notes.append(note)
 
 
 class BackgroundEngine:
@@ -283,7 +261,7 @@ class BackgroundEngine:
         if meter is None:
             return None
         with self._totals_lock:
-            _merge(self._total, meter)
+            self._total.merge(meter)
         return meter.usage()
 
     def usage(self) -> Usage:

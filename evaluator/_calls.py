@@ -249,6 +249,11 @@ class SyncInvoker:
             self._invoke_score if stage == "score" else self._invoke_run
         )
 
+    @property
+    def context(self) -> ThreadContext:
+        """The context this invoker's calls run in, updated in place call after call."""
+        return self._ctx
+
     def enter(self) -> contextvars.Token[CallContext | None]:
         """Make this invoker's context the current one, in the calling thread."""
         return _current.set(cast(CallContext, self._ctx))

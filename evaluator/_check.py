@@ -22,6 +22,8 @@ import msgspec
 from ._dataset import Example, examples_from_rows
 from ._exceptions import (
     STEP_FILE,
+    STEP_PROGRAM_FILE,
+    STEP_PROGRAM_SIGNATURE,
     STEP_RETURN,
     STEP_REWARD,
     STEP_RUNS,
@@ -43,14 +45,10 @@ __all__ = [
     "CheckStep",
     "ContractReport",
     "check_contract",
-    "program_error",
 ]
 
 CHECK_EXAMPLES = 3
 STEP_PROGRAM = "Program runs"
-STEP_PROGRAM_FILE = "Program file"
-STEP_PROGRAM_SIGNATURE = "Program signature"
-_PROGRAM_STEPS = {STEP_FILE: STEP_PROGRAM_FILE, STEP_SIGNATURE: STEP_PROGRAM_SIGNATURE}
 
 _RUN_KINDS = frozenset(
     {"metric_error", "metric_timeout", "worker_crash", "llm_error", "missing_output"}
@@ -78,26 +76,6 @@ class ContractReport(msgspec.Struct):
     @property
     def failed(self) -> CheckStep | None:
         return next((s for s in self.steps if not s.ok), None)
-
-
-def program_error(exc: ContractError, program: str | Path | None) -> ContractError:
-    """``exc`` under the program's step names when it is about the ``program`` file (the
-    loader names every file's steps as the metric's)."""
-    if program is None or exc.path is None or exc.step not in _PROGRAM_STEPS:
-        return exc
-    try:
-        same = Path(exc.path).resolve() == Path(program).resolve()
-    except (OSError, ValueError, RuntimeError):
-        same = False
-    if not same:
-        return exc
-    return ContractError(
-        _PROGRAM_STEPS[exc.step],
-        exc.message,
-        example_id=exc.example_id,
-        path=exc.path,
-        line=exc.line,
-    )
 
 
 def _step_from_error(exc: ContractError) -> CheckStep:
@@ -165,7 +143,7 @@ async def check_contract(
         try:
             program = load_program(path)
         except ContractError as exc:
-            steps.append(_step_from_error(program_error(exc, path)))
+            steps.append(_step_from_error(exc))  # the loader names the program's steps
             return ContractReport(False, steps)
     if evaluator is None:
         from ._pipeline import Evaluator

@@ -48,19 +48,26 @@ from typing import Any, Self
 import msgspec
 
 from . import _failures as failures
-from ._background import BackgroundEngine, EngineClosedError
+from ._background import BackgroundEngine
 from ._cache import KeyMaker, depends_on_measurements
 from ._context import CallContext, call_context
 from ._contract import short_repr, validate_return
 from ._copy import private_copy
 from ._dataset import Example
-from ._exceptions import STEP_RUNS, ConfigError, ContractError, InvalidReturn
+from ._exceptions import (
+    STEP_RUNS,
+    ConfigError,
+    ContractError,
+    EngineClosedError,
+    InvalidReturn,
+    NoModelError,
+)
 from ._lm import check_keys, resolve_models, simulator_config
 from ._loader import UserFunction, _arity, load_metric
 from ._models import Models
 from ._results import Observation, Scored, Usage
 
-__all__ = ["DSPyMetric", "DSPyMetricStatistics", "NoModelError", "to_dspy_metric"]
+__all__ = ["DSPyMetric", "DSPyMetricStatistics", "to_dspy_metric"]
 
 logger = logging.getLogger("evaluator.dspy")
 
@@ -149,23 +156,6 @@ def _fields(obj: Any) -> dict[str, Any]:
     if callable(keys):
         return {key: obj[key] for key in keys()}
     raise TypeError(f"expected a dspy Example or Prediction, got {type(obj).__name__}")
-
-
-class NoModelError(ConfigError):
-    """``skynet.llm()`` was called in a metric adapted for DSPy, and no model serves it."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        super().__init__(
-            f"skynet.llm() in {path.name} has no model to call under DSPy: pass the judge's "
-            "model to to_dspy_metric() as lm= (a dspy.LM, an llm_client.ModelConfig or a "
-            "name such as 'openai/gpt-4o-mini'), as reflection_lm= (the fallback: the "
-            "reflection_lm you give dspy.GEPA) or as models=evaluator.Models(metric=...); "
-            "dspy.configure(lm=...) sets the program's model, not the judge's"
-        )
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (NoModelError, (self.path,))
 
 
 class _NoModel:

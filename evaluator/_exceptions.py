@@ -8,12 +8,18 @@ stays on the exception as attributes, and every one pickles itself whole
     │   usage errors: the caller's mistake, raised at once, before or outside any call
     ├── ConfigError (ValueError)         a bad option: timeout out of range, unknown executor
     │   ├── OutputPathError              the output path cannot be written (checked before a run)
+    │   ├── ModelsFileError              a mistake in a judges models file: file, line, table,
+    │   │                                key, what is wrong and how to fix it
+    │   ├── NoModelError                 skynet.llm() in a metric adapted for DSPy, no model
+    │   │                                given to serve it
     │   └── ResultsFileError             a results file cannot be resumed, appended to or
     │       │                            reported on: path, line, problem, fix
     │       ├── NotAResultsFile          the file is something else (a dataset): never changed
     │       ├── ResultsLocked            another writer holds the file's lock
     │       └── ResumeMismatch           the file's results were made with other files
     ├── DatasetError (ValueError)        a bad dataset row: file, line, problem
+    ├── EngineClosedError (RuntimeError) a model call reached the DSPy metric's engine after
+    │                                    it closed (or the engine could not start)
     ├── OutsideCallError (RuntimeError)  observation() and friends used outside a call
     ├── ResultsWriteError (OSError)      the disk failed during a run: what was written, how
     │                                    to resume (not the caller's mistake, but it is theirs
@@ -29,6 +35,12 @@ value's validator reports to both). Model calls fail with ``llm_client.LLMError`
 model client's own usage errors (``ModelConfigError``, ``ClientClosedError``) are never
 labelled ``llm_error``.
 
+Every exception class of the package is drawn here, and defined in this module. Outside
+the tree, and not errors of the engine: ``Interrupted`` (a ``KeyboardInterrupt``: a stop
+signal ended a command of the command line), ``CannotRoute`` (a condition the
+model SDK routing catches itself: the request goes out unrouted), and the warnings
+``CacheWarning`` and ``ResumeWarning``.
+
 The results file's errors are ``ConfigError``s (the command line prints them as one line
 and exits 2): each names the file and, where it helps, the line, says what is wrong and how
 to go on. One ``ResultsFileError`` serves both readers, ``--resume``'s
@@ -43,6 +55,9 @@ from typing import Any
 
 STEP_FILE = "Metric file"
 STEP_SIGNATURE = "Metric signature"
+#: The same two steps for a program file (``run``): its errors never say "Metric".
+STEP_PROGRAM_FILE = "Program file"
+STEP_PROGRAM_SIGNATURE = "Program signature"
 STEP_REWARD = "Reward spec"
 STEP_RUNS = "Metric runs"
 STEP_RETURN = "Metric return value"
@@ -87,6 +102,58 @@ def _config_error(
     cls: type[ConfigError], problem: str, option: str | None, value: Any
 ) -> ConfigError:
     return cls(problem, option=option, value=value)
+
+
+class ModelsFileError(ConfigError):
+    """A mistake in a models file: names the file (and line when known), the model or
+    provider table, the key, what is wrong and how to fix it."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        problem: str,
+        *,
+        where: str | None = None,
+        key: str | None = None,
+        line: int | None = None,
+    ) -> None:
+        self.path = str(path)
+        self.detail = problem
+        self.where = where
+        self.key = key
+        self.line = line
+        head = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{head}: {where}: {problem}" if where else f"{head}: {problem}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_models_file_error, (self.path, self.detail, self.where, self.key, self.line))
+
+
+def _models_file_error(
+    path: str, problem: str, where: str | None, key: str | None, line: int | None
+) -> ModelsFileError:
+    return ModelsFileError(path, problem, where=where, key=key, line=line)
+
+
+class NoModelError(ConfigError):
+    """``skynet.llm()`` was called in a metric adapted for DSPy, and no model serves it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        super().__init__(
+            f"skynet.llm() in {path.name} has no model to call under DSPy: pass the judge's "
+            "model to to_dspy_metric() as lm= (a dspy.LM, an llm_client.ModelConfig or a "
+            "name such as 'openai/gpt-4o-mini'), as reflection_lm= (the fallback: the "
+            "reflection_lm you give dspy.GEPA) or as models=evaluator.Models(metric=...); "
+            "dspy.configure(lm=...) sets the program's model, not the judge's"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (NoModelError, (self.path,))
+
+
+class EngineClosedError(EvaluationError, RuntimeError):
+    """A model call reached an engine that is closed (or closed while the call waited)."""
 
 
 class DatasetError(EvaluationError, ValueError):

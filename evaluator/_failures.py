@@ -34,6 +34,7 @@ Imports only what a worker process needs: workers build their outcomes here too.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from ._exceptions import InvalidReturn
@@ -250,11 +251,17 @@ def died_outside_call(attempts: int) -> ErrorInfo:
     )
 
 
-def workers_fail_to_start(cause: str, count: int) -> ErrorInfo:
-    """Worker processes keep dying before they are ready: no call can run."""
+def workers_fail_to_start(cause: str, count: int, last_words: Sequence[str] = ()) -> ErrorInfo:
+    """Worker processes keep dying before they are ready: no call can run. ``last_words``:
+    the last lines the last of them wrote to stderr."""
+    said = ""
+    if last_words:
+        said = "; the last one's stderr ended with:\n" + "\n".join(
+            f"    {line}" for line in last_words
+        )
     return ErrorInfo(
         "worker_crash",
-        f"worker processes die while starting ({cause}); {count} in a row, not starting more",
+        f"worker processes die while starting ({cause}); {count} in a row, not starting more{said}",
     )
 
 

@@ -12,6 +12,23 @@ where a CPU-bound one gets worker processes. That is read from the module's impo
 (its source, so an import inside a function counts and a word in a string does not),
 from the objects it holds (an SDK client handed over by a helper module), and from the
 imports of the sibling modules it uses, one level deep.
+
+**The engine's process is guarded from what an import does.** The engine imports the
+user's file itself (to read ``score``, its form, ``REWARD_SPEC``, ``EXECUTION``), even
+when the calls run in workers, so the import runs in its process. Around it
+(:func:`_engine_guarded`) the working directory, every signal's disposition and the
+engine's own entries of ``sys.modules`` are put back as they were; threads the import
+leaves running are not waited for when the command line ends (``evaluator/_cli``). A
+worker, which is the user's process, keeps what its import did (``guard_engine=False``).
+
+**The engine's names are its own.** :class:`EngineNames`, first on ``sys.meta_path``
+in every process that loads a user file, resolves a top-level name of the engine's
+packages (``evaluator``, ``llm_client``, ``reward``, ``skynet``) only where the engine is
+installed, and a standard module's name only in the standard library: a ``reward.py``,
+``types.py`` or ``json/`` on ``sys.path`` (beside the metric, in the working directory)
+never replaces them, for the engine nor for anyone. A user file that imports such a name
+while its folder holds a module of that name gets an error at its file step saying to
+rename the module (inside the engine the name cannot be theirs).
 """
 
 from __future__ import annotations
@@ -19,9 +36,12 @@ from __future__ import annotations
 import ast
 import contextlib
 import hashlib
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import inspect
 import os
+import signal
 import sys
 import threading
 import traceback
@@ -31,19 +51,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._exceptions import STEP_FILE, STEP_SIGNATURE, ContractError
+from ._exceptions import (
+    STEP_FILE,
+    STEP_PROGRAM_FILE,
+    STEP_PROGRAM_SIGNATURE,
+    STEP_SIGNATURE,
+    ContractError,
+)
+from ._kinds import EXECUTIONS, KINDS_LISTED, ExecutionKind
 
 __all__ = [
-    "EXECUTIONS",
+    "ENGINE_PACKAGES",
     "MODEL_SDKS",
     "USER_MODULE_PREFIX",
+    "EngineNames",
     "UserFunction",
     "load_function",
     "load_metric",
     "load_program",
+    "protect_engine_imports",
 ]
 
-EXECUTIONS = ("process", "thread", "async", "inline", "ray")
 #: The name of every user file's module starts with this (see :func:`_module_name`).
 USER_MODULE_PREFIX = "_skynet_user_"
 #: Packages whose calls wait on a model: a module importing one is model-bound.
@@ -52,6 +80,52 @@ _SKYNET_LLM = "skynet.llm"
 _MODEL_USES = (_SKYNET_LLM, *MODEL_SDKS)  # the order they are reported in
 
 _lock = threading.Lock()
+
+#: The engine's top-level packages: inside the engine these names are always its own.
+ENGINE_PACKAGES = frozenset({"evaluator", "llm_client", "reward", "skynet"})
+#: Where the engine's packages are installed (one distribution: one folder).
+_ENGINE_ROOT = str(Path(__file__).resolve().parents[1])
+#: Where the standard library's modules are (the extension modules in lib-dynload).
+_STDLIB_DIR = os.path.dirname(os.__file__)
+_STDLIB_DIRS = [_STDLIB_DIR, os.path.join(_STDLIB_DIR, "lib-dynload")]
+
+
+def _reserved(name: str) -> str | None:
+    """Whose the top-level module name ``name`` is, in words, if not the user's."""
+    if name in ENGINE_PACKAGES:
+        return f"the engine's own package `{name}`"
+    if name in sys.stdlib_module_names:
+        return f"the standard library's module `{name}`"
+    return None
+
+
+class EngineNames(importlib.abc.MetaPathFinder):
+    """First on ``sys.meta_path``: a top-level import of one of the engine's packages is
+    looked for only where the engine is installed, of a standard module's name only in the
+    standard library, whatever ``sys.path`` holds (see the module docstring). Any other
+    name, and a name not found there (a builtin module), is left to the next finders."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if path is not None:  # a submodule: its package's own __path__ decides
+            return None
+        if name in ENGINE_PACKAGES:
+            where = [_ENGINE_ROOT]
+        elif name in sys.stdlib_module_names:
+            where = _STDLIB_DIRS
+        else:
+            return None
+        return importlib.machinery.PathFinder.find_spec(name, where)
+
+
+_engine_names = EngineNames()
+
+
+def protect_engine_imports() -> None:
+    """Put :class:`EngineNames` first on ``sys.meta_path`` (again, if user code moved it)."""
+    if sys.meta_path and sys.meta_path[0] is _engine_names:
+        return
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, EngineNames)]
+    sys.meta_path.insert(0, _engine_names)
 
 
 @dataclass(frozen=True)
@@ -65,7 +139,7 @@ class UserFunction:
     arity: int
     is_async: bool
     uses_llm: bool
-    execution: str | None
+    execution: ExecutionKind | None
     reward_spec: Any = field(default=None, repr=False, compare=False)
     has_reward_spec: bool = False
     module: types.ModuleType | None = field(default=None, repr=False, compare=False)
@@ -133,8 +207,102 @@ def _exit_is_an_error() -> Iterator[None]:
             os._exit = saved
 
 
-def import_path(path: str | Path, *, step: str = STEP_FILE) -> types.ModuleType:
-    """Import a user file by path (once per process); a failure is a ``ContractError``."""
+def _signal_dispositions() -> dict[int, Any]:
+    """Every signal's handler that Python can read and set again (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}  # only the main thread can set one: neither can the import
+    found: dict[int, Any] = {}
+    for sig in signal.valid_signals():
+        with contextlib.suppress(OSError, ValueError, RuntimeError):
+            handler = signal.getsignal(sig)
+            if handler is not None:  # None: set outside Python, cannot be put back
+                found[sig] = handler
+    return found
+
+
+def _is_engine_module(module: object) -> bool:
+    file = getattr(module, "__file__", None)
+    return isinstance(file, str) and file.startswith(_ENGINE_ROOT + os.sep)
+
+
+@contextlib.contextmanager
+def _engine_guarded() -> Iterator[None]:
+    """Around a user file's import in the engine's process: the working directory, the
+    signal dispositions and the engine's ``sys.modules`` entries put back as they were
+    (a ``chdir``, a ``SIG_IGN`` for SIGINT, a ``sys.modules["reward"] = ...`` at import
+    must not move the engine's files, deafen Ctrl-C, or swap its packages)."""
+    try:
+        cwd: str | None = os.getcwd()
+    except OSError:  # the folder was removed under us: nothing to go back to
+        cwd = None
+    handlers = _signal_dispositions()
+    modules = {n: m for n, m in sys.modules.items() if _root(n) in ENGINE_PACKAGES}
+    try:
+        yield
+    finally:
+        if cwd is not None:
+            with contextlib.suppress(OSError):
+                if os.getcwd() != cwd:
+                    os.chdir(cwd)
+        for sig, handler in handlers.items():
+            with contextlib.suppress(OSError, ValueError, RuntimeError, TypeError):
+                if signal.getsignal(sig) != handler:
+                    signal.signal(sig, handler)
+        for name in [n for n in sys.modules if _root(n) in ENGINE_PACKAGES]:
+            if name not in modules and not _is_engine_module(sys.modules.get(name)):
+                del sys.modules[name]  # a stand-in the import put there
+        for name, module in modules.items():
+            if sys.modules.get(name) is not module:
+                sys.modules[name] = module
+        protect_engine_imports()
+
+
+def _imported_names(tree: ast.AST) -> Iterator[tuple[str, int]]:
+    """The top-level module names a file imports (absolute imports), with their lines."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield _root(alias.name), node.lineno
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            yield _root(node.module), node.lineno
+
+
+def _check_shadowing(resolved: Path, step: str) -> None:
+    """Refuse a file that imports a name of the engine's or the standard library's while
+    its folder holds a module of that name: it cannot be the file's (see EngineNames)."""
+    try:
+        tree = ast.parse(resolved.read_bytes(), filename=str(resolved))
+    except (OSError, SyntaxError, ValueError):
+        return  # the import itself reports it
+    folder = str(resolved.parent)
+    for name, line in _imported_names(tree):
+        whose = _reserved(name)
+        if whose is None:
+            continue
+        spec = importlib.machinery.PathFinder.find_spec(name, [folder])
+        if spec is None or (spec.origin is None and name not in ENGINE_PACKAGES):
+            continue  # none there (a folder without __init__.py does not shadow a module)
+        there = Path(spec.origin).name if spec.origin else f"{name}/"
+        if spec.submodule_search_locations and spec.origin:
+            there = f"{name}/"
+        raise ContractError(
+            step,
+            f"`import {name}`: the file's folder holds {there}, which has the name of "
+            f"{whose}; inside the engine `{name}` is always that, never the module beside "
+            f"the file: rename {there} (and the imports of it)",
+            path=resolved,
+            line=line,
+        )
+
+
+def import_path(
+    path: str | Path, *, step: str = STEP_FILE, guard_engine: bool = True
+) -> types.ModuleType:
+    """Import a user file by path (once per process); a failure is a ``ContractError``.
+
+    ``guard_engine``: this is the engine's process, guarded from what the import does
+    (see the module docstring); a worker passes False (its process is the user's).
+    """
     resolved = Path(path).expanduser().resolve()
     if not resolved.is_file():
         raise ContractError(
@@ -145,6 +313,8 @@ def import_path(path: str | Path, *, step: str = STEP_FILE) -> types.ModuleType:
         module = sys.modules.get(name)
         if module is not None:
             return module
+        _check_shadowing(resolved, step)
+        protect_engine_imports()
         folder = str(resolved.parent)
         if folder not in sys.path:
             sys.path.insert(0, folder)
@@ -153,8 +323,9 @@ def import_path(path: str | Path, *, step: str = STEP_FILE) -> types.ModuleType:
             raise ContractError(step, "cannot be imported as a Python file", path=resolved)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
+        guard = _engine_guarded() if guard_engine else contextlib.nullcontext()
         try:
-            with _exit_is_an_error():
+            with guard, _exit_is_an_error():
                 spec.loader.exec_module(module)
         except _ExitAtImport as exc:
             del sys.modules[name]
@@ -198,9 +369,10 @@ def _arity(fn: Callable[..., Any], name: str, path: Path, line: int | None) -> i
     if name == "run":
         forms = "(artifact, input)"
     where = f"`{name}{sig}`"
+    step = STEP_SIGNATURE if name == "score" else STEP_PROGRAM_SIGNATURE
     if kw_required:
         raise ContractError(
-            STEP_SIGNATURE,
+            step,
             f"{where} has required keyword-only parameters {kw_required}; "
             f"the engine passes only positional arguments: use {forms}",
             path=path,
@@ -215,9 +387,7 @@ def _arity(fn: Callable[..., Any], name: str, path: Path, line: int | None) -> i
         problem = f"requires {len(required)} positional arguments"
     else:
         problem = f"accepts only {len(positional)} positional argument(s)"
-    raise ContractError(
-        STEP_SIGNATURE, f"{where} {problem}; define it as {forms}", path=path, line=line
-    )
+    raise ContractError(step, f"{where} {problem}; define it as {forms}", path=path, line=line)
 
 
 def _root(name: object) -> str:
@@ -312,9 +482,12 @@ def _model_use(module: types.ModuleType, path: Path) -> tuple[str, ...]:
     return tuple(use for use in _MODEL_USES if use in found)
 
 
-def load_function(path: str | Path, name: str) -> UserFunction:
-    """Import ``path`` and describe its function ``name`` (``score`` or ``run``)."""
-    module = import_path(path)
+def load_function(path: str | Path, name: str, *, guard_engine: bool = True) -> UserFunction:
+    """Import ``path`` and describe its function ``name`` (``score`` or ``run``).
+
+    ``guard_engine``: see :func:`import_path` (False in a worker)."""
+    step = STEP_FILE if name == "score" else STEP_PROGRAM_FILE
+    module = import_path(path, step=step, guard_engine=guard_engine)
     resolved = Path(module.__file__ or path).resolve()
     fn = getattr(module, name, None)
     what = "metric" if name == "score" else "program"
@@ -324,13 +497,13 @@ def load_function(path: str | Path, name: str) -> UserFunction:
         )
         hint = f" (it defines {', '.join(defined)})" if defined else ""
         raise ContractError(
-            STEP_FILE,
+            step,
             f"the {what} file defines no `{name}`{hint}; define `def {name}(...)`",
             path=resolved,
         )
     if not callable(fn):
         raise ContractError(
-            STEP_FILE,
+            step,
             f"`{name}` is a {type(fn).__name__}, not a function; define `def {name}(...)`",
             path=resolved,
         )
@@ -343,8 +516,8 @@ def load_function(path: str | Path, name: str) -> UserFunction:
     execution = getattr(module, "EXECUTION", None)
     if execution is not None and execution not in EXECUTIONS:
         raise ContractError(
-            STEP_FILE,
-            f"EXECUTION = {execution!r} is not one of {', '.join(map(repr, EXECUTIONS))}",
+            step,
+            f"EXECUTION = {execution!r} is not one of {KINDS_LISTED}",
             path=resolved,
         )
     is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(

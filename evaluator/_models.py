@@ -103,15 +103,19 @@ class Meter:
         self.rate_limited = 0
         self.notes: list[str] = []
 
+    def _count(self, calls: int, part: Any) -> None:
+        """Add the calls and the counts of ``part`` (a reply or another meter)."""
+        self.calls += calls
+        self.input_tokens += part.input_tokens
+        self.output_tokens += part.output_tokens
+        self.cached_tokens += part.cached_tokens
+        self.reasoning_tokens += part.reasoning_tokens
+        self.queued_ms += part.queued_ms
+        self.retries += part.retries
+        self.rate_limited += int(part.rate_limited)
+
     def add(self, completion: Any) -> None:
-        self.calls += 1
-        self.input_tokens += completion.input_tokens
-        self.output_tokens += completion.output_tokens
-        self.cached_tokens += completion.cached_tokens
-        self.reasoning_tokens += completion.reasoning_tokens
-        self.queued_ms += completion.queued_ms
-        self.retries += completion.retries
-        self.rate_limited += int(completion.rate_limited)
+        self._count(1, completion)
         if completion.cost_usd is None:
             # One unpriced call makes the total unmeasured: never a silent partial sum.
             if self.cost_usd is not None:
@@ -122,6 +126,18 @@ class Meter:
             self.cost_usd = None
         elif self.cost_usd is not None:
             self.cost_usd += completion.cost_usd
+
+    def merge(self, other: Meter) -> None:
+        """Add ``other``'s usage to this one's; one unpriced call makes the cost None, and
+        each note is kept once."""
+        self._count(other.calls, other)
+        if other.cost_usd is None:
+            self.cost_usd = None
+        elif self.cost_usd is not None:
+            self.cost_usd += other.cost_usd
+        for note in other.notes:
+            if note not in self.notes:
+                self.notes.append(note)
 
     def add_failure(self, error: Any) -> None:
         """A call given up (an exception, or a routed SDK call's error reply): no reply and
@@ -191,6 +207,16 @@ class MeterBook(dict[int, Meter]):
                 "example's calls unseen"
             )
             self[_STICKY] = Meter()  # keeps the book truthy: the pipeline pops every token
+
+    def mark_all(self, why: str) -> None:
+        """A call no example can be charged with (``why``): every meter popped from now
+        on, those of the examples running now included, is unmeasured."""
+        if self.bypass is None:
+            self.bypass = (
+                f"{why} (seen while this example ran or before; no example can be charged "
+                "with it, so this one's cost is not known)"
+            )
+            self[_STICKY] = Meter()
 
     @overload
     def pop(self, key: int, /) -> Meter: ...
@@ -419,6 +445,13 @@ class ModelRouter:
         """Call ``token`` reached the network around the metered paths (``why`` names the
         host): its cost is unmeasured, and so is every later example's of ``stage``."""
         self._book(stage).mark(token, why)
+        self._totals["program" if stage == "run" else "score"].unmeasured(why)
+
+    def mark_unattributed(self, stage: Stage, why: str) -> None:
+        """A call of ``stage`` that no example can be charged with (a thread the user
+        started, ``why`` says what): the examples of ``stage`` running now, and every
+        later one, are unmeasured, and so is the stage's total."""
+        self._book(stage).mark_all(why)
         self._totals["program" if stage == "run" else "score"].unmeasured(why)
 
     # -- what the gateway asks -----------------------------------------------------------

@@ -6,11 +6,11 @@
 only when ``dspy.GEPA`` asks for feedback (the reply is a ``dspy.Prediction``).
 """
 
-from ._background import EngineClosedError as EngineClosedError
 from ._dspy import DSPyMetric as DSPyMetric
 from ._dspy import DSPyMetricStatistics as DSPyMetricStatistics
-from ._dspy import NoModelError as NoModelError
 from ._dspy import to_dspy_metric as to_dspy_metric
+from ._exceptions import EngineClosedError as EngineClosedError
+from ._exceptions import NoModelError as NoModelError
 
 __all__ = [
     "DSPyMetric",

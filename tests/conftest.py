@@ -64,6 +64,21 @@ socket.socket.connect_ex = _guarded_connect_ex  # type: ignore[method-assign]
 socket.getaddrinfo = _guarded_getaddrinfo
 
 
+# Marks that put a test out of the developer loop (`pytest -m "not slow"`) as well.
+IMPLY_SLOW = ("process", "ray", "browser")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test marked ``process``, ``ray`` or ``browser`` is ``slow`` too (before ``-m``
+    selects)."""
+    for item in items:
+        if not item.get_closest_marker("slow") and any(
+            item.get_closest_marker(name) for name in IMPLY_SLOW
+        ):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

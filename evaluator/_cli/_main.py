@@ -18,12 +18,16 @@ shell reports a process that a signal ended, so that a supervisor or a CI script
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import importlib
+import os
 import sys
+import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from evaluator import ConfigError, EvaluationError
@@ -50,6 +54,7 @@ __all__ = [
     "main",
 ]
 
+PROG = "skynet-eval"
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -95,7 +100,7 @@ def flag_names(parser: argparse.ArgumentParser) -> dict[str, str]:
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line; each subcommand's parser knows its command and flags."""
     parser = _Parser(
-        prog="skynet-eval",
+        prog=PROG,
         description="An async, high-throughput evaluation engine for optimizer loops.",
     )
     parser.add_argument("--version", action="version", version=f"skynet-eval {_version()}")
@@ -163,7 +168,67 @@ def _with_config(parser: argparse.ArgumentParser, words: list[str]) -> list[str]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line on ``argv`` (default ``sys.argv[1:]``); the exit code."""
+    """Run the command line on ``argv`` (default ``sys.argv[1:]``); the exit code.
+
+    As the program itself (``skynet-eval``, ``python -m evaluator``), the process ends
+    when the command has, even if user code left threads running (see
+    :func:`_end_without_user_threads`)."""
+    if not _is_the_program():
+        return _main(argv)
+    try:
+        code = _main(argv)
+    except BaseException:
+        if not _user_threads():
+            raise
+        sys.excepthook(*sys.exc_info())
+        code = EXIT_FAILED
+    _end_without_user_threads(code)
+    return code
+
+
+def _is_the_program() -> bool:
+    """Whether this process is the command line itself, not a caller of :func:`main`
+    (a test, a script): only then may the end of the command end the process."""
+    program = sys.modules.get("__main__")
+    spec = getattr(program, "__spec__", None)
+    if spec is not None and spec.name in ("evaluator", "evaluator.__main__"):
+        return True
+    return Path(getattr(program, "__file__", None) or "").name.removesuffix(".exe") == PROG
+
+
+def _user_threads() -> list[threading.Thread]:
+    """Threads that would keep the process alive: non-daemonic ones still running. The
+    engine's own have ended with the command, so these are the user's code's (one a
+    metric file started when the engine imported it, say)."""
+    main = threading.main_thread()
+    return [t for t in threading.enumerate() if t is not main and not t.daemon and t.is_alive()]
+
+
+def _end_without_user_threads(code: int) -> None:
+    """End the process now if user code left non-daemonic threads running: Python would
+    wait for them at exit, and a thread a metric starts at import (a heartbeat, a
+    watcher) would keep ``run`` and ``check`` from ever ending. The command is done and
+    its output written: the ``atexit`` hooks run (flushing logs, stopping a
+    ``multiprocessing`` pool's children), the streams are flushed, and the process ends
+    with the command's exit code, the threads cut off, as a daemon thread would be."""
+    threads = _user_threads()
+    if not threads:
+        return
+    names = ", ".join(sorted({t.name for t in threads}))
+    print(
+        f"{PROG}: note: not waiting for {len(threads)} thread(s) the user's code left "
+        f"running ({names}); they end with the process",
+        file=sys.stderr,
+    )
+    with contextlib.suppress(BaseException):
+        atexit._run_exitfuncs()
+    with contextlib.suppress(BaseException):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         args = _parse(build_parser(), argv)
     except SystemExit as exc:  # --help, or a usage error already printed: a code, not a raise

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 from evaluator import ConfigError
+from evaluator._kinds import EXECUTIONS
 from evaluator._options import MAX_TIMEOUT, validate_ray_address, validate_timeout
 
 if TYPE_CHECKING:
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     from llm_client import SimulatorConfig
 
 __all__ = [
-    "EXECUTIONS",
     "CheckOptions",
     "CommandOptions",
     "DataOptions",
@@ -45,7 +45,6 @@ __all__ = [
     "SimulatorOptions",
 ]
 
-EXECUTIONS = ("process", "thread", "async", "inline", "ray")
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 OPENAI_BASE_URL = "https://api.openai.com/v1"

@@ -49,7 +49,6 @@ from evaluator import (
     fingerprint_run,
     open_results,
 )
-from evaluator._check import program_error
 from evaluator._executors._base import fit_workers
 from evaluator._fingerprint import RunEnd
 from evaluator._pipeline._assembly import check_result_count
@@ -112,7 +111,6 @@ def execute(options: RunOptions) -> int:
                     lambda: _main(options, serving, plan, writer, stream), note=INTERRUPTED
                 )
         except ContractError as exc:  # the metric or program file cannot be loaded
-            exc = program_error(exc, options.program)
             print(f"skynet-eval run: contract check failed: {exc}", file=sys.stderr)
             return EXIT_FAILED
 

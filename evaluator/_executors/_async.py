@@ -38,16 +38,17 @@ import threading
 from collections.abc import Sequence
 from functools import partial
 from time import perf_counter_ns
-from typing import Any, Final, Self, cast
+from typing import Any, ClassVar, cast
 
 from .. import _failures as failures
 from .._aio import shielded
 from .._calls import LONG_STEP_NS, Call, LLMHandler, LoopTime, Outcome, Steps, invoke_async
 from .._context import Stage
+from .._kinds import ExecutionKind
 from .._loader import UserFunction
 from .._options import validate_count
 from .._results import ErrorInfo
-from ._base import ExecutionKind, ExecutorStatistics, Progress, check_executor
+from ._base import ExecutorBase, ExecutorStatistics, Progress
 from ._bridge import LoopBridge
 
 __all__ = ["ASYNC_CONCURRENCY", "AsyncExecutor", "AsyncExecutorStatistics"]
@@ -245,10 +246,15 @@ class _Runner:
             limiter.release()
 
 
-class AsyncExecutor:
-    """Awaits an ``async def`` user function on the loop, bounded and timed out per call."""
+class AsyncExecutor(ExecutorBase):
+    """Awaits an ``async def`` user function on the loop, bounded and timed out per call.
 
-    kind: Final[ExecutionKind] = "async"
+    At most ``concurrency`` calls at once; without it, ``ASYNC_CONCURRENCY``, or the model
+    budget of a model-bound function (``model_budget``) when that is larger.
+    """
+
+    kind: ClassVar[ExecutionKind] = "async"
+    OPTIONS: ClassVar[tuple[str, ...]] = ("concurrency", "model_budget", "llm_handler")
 
     def __init__(
         self,
@@ -256,14 +262,15 @@ class AsyncExecutor:
         stage: Stage,
         *,
         timeout: float,
-        concurrency: int = ASYNC_CONCURRENCY,
+        concurrency: int | None = None,
+        model_budget: int | None = None,
         llm_handler: LLMHandler | None = None,
     ) -> None:
-        self.timeout = check_executor(fn, stage, "async", timeout)
+        super().__init__(fn, stage, timeout)
         self._timeout_ns = int(self.timeout * 1e9)
-        self.concurrency = validate_count(concurrency, "concurrency") or ASYNC_CONCURRENCY
-        self.fn = fn
-        self.stage: Stage = stage
+        self.concurrency = validate_count(concurrency, "concurrency") or max(
+            ASYNC_CONCURRENCY, validate_count(model_budget, "model_budget") or 0
+        )
         self._handler = llm_handler
         self._limiter: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -275,33 +282,17 @@ class AsyncExecutor:
         self._calls = 0
         self._timeouts = 0
         self._busy = 0
-        self._state = "new"
 
     @property
     def parallelism(self) -> int:
         return self.concurrency
 
-    @property
-    def backlog_s(self) -> float:
-        return 0.0
-
-    @property
-    def idle(self) -> bool:
-        return False  # its parallelism is large: the in-flight bound keeps it fed
-
-    async def __aenter__(self) -> Self:
-        if self._state != "new":
-            raise RuntimeError("an executor cannot be reopened; create a new one")
+    async def _open(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._limiter = asyncio.Semaphore(self.concurrency)
         self._watch = _LoopWatch(self, self._loop)
-        self._state = "open"
-        return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._state != "open":
-            return
-        self._state = "closed"
+    async def _close(self) -> None:
         # Every submit is awaited by its caller: only abandoned calls can be left.
         try:
             await shielded(self._stop_abandoned())
@@ -443,8 +434,8 @@ class AsyncExecutor:
     ) -> list[Outcome]:
         """Run ``calls``; one outcome per call, in order. Cancel-safe. ``progress`` is
         told of each call as it ends."""
-        if self._limiter is None or self._loop is None or self._state != "open":
-            raise RuntimeError("the executor is not open; use `async with` first")
+        self._check_open()
+        assert self._limiter is not None and self._loop is not None
         if not calls:
             return []
         job = _Job(calls, self._loop, progress)
@@ -507,10 +498,8 @@ class AsyncExecutor:
             await asyncio.wait(tasks, timeout=1.0)
 
     def statistics(self) -> AsyncExecutorStatistics:
-        return AsyncExecutorStatistics(
-            kind="async",
-            stage=self.stage,
-            parallelism=self.concurrency,
+        return self._snapshot(
+            AsyncExecutorStatistics,
             calls=self._calls,
             timeouts=self._timeouts,
             busy=self._busy,

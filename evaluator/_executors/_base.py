@@ -13,6 +13,12 @@ executor that can tells the pipeline, while a submit runs, how many of its calls
 done (:data:`Progress`): a submit held up by one slow call (a hang waiting out its
 timeout) then stops counting its finished calls as work in progress, and the pipeline
 gives the idle workers more.
+
+Every executor derives from :class:`ExecutorBase`, which holds what they share: the
+checks of the function, stage and timeout, the lifetime (entered once, used while open,
+closed once; a failed opening closes again) and the defaults of :attr:`Executor.backlog_s`
+and :attr:`Executor.idle`, and how the factory builds one from :class:`ExecutorOptions`.
+Each kind adds its own ``_open``, ``_close``, ``submit`` and ``statistics``.
 """
 
 from __future__ import annotations
@@ -20,21 +26,22 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, Self
+from typing import Any, ClassVar, Literal, Protocol, Self, TypeVar
 
 import msgspec
 
 from .._calls import Call, LLMHandler, Outcome
 from .._context import Stage
 from .._exceptions import ConfigError
+from .._kinds import ExecutionKind, refusal
 from .._loader import UserFunction
 from .._options import validate_count, validate_ray_address, validate_timeout
 
 __all__ = [
     "MAX_THREADS",
     "PROCESSES_PER_CORE",
-    "ExecutionKind",
     "Executor",
+    "ExecutorBase",
     "ExecutorOptions",
     "ExecutorStatistics",
     "Progress",
@@ -49,8 +56,6 @@ PROCESSES_PER_CORE = 8
 #: Threads at most: enough for a model-bound stage's concurrency, far from the point
 #: where the operating system refuses to start one.
 MAX_THREADS = 4096
-
-ExecutionKind = Literal["process", "thread", "async", "inline", "ray"]
 
 #: ``progress(k)``: ``k`` more calls of a running submit have their outcomes. Called on
 #: the event loop, before the submit returns, never for more calls than it has; the
@@ -83,7 +88,7 @@ class Executor(Protocol):
 
     @property
     def kind(self) -> ExecutionKind:
-        """Where calls run: "async", "thread", "inline", "process" or "ray"."""
+        """Where calls run: one of :data:`evaluator._kinds.EXECUTIONS`."""
         ...
 
     @property
@@ -162,27 +167,106 @@ class ExecutorOptions:
         validate_ray_address(self.ray_address)
 
 
+#: Where an executor is in its lifetime: never reopened once closed.
+Lifetime = Literal["new", "open", "closed"]
+_S = TypeVar("_S", bound=ExecutorStatistics)
+
+
+class ExecutorBase:
+    """What every executor shares: the checked function, stage and timeout, and the
+    lifetime of an ``async with`` object that refuses to reopen.
+
+    A subclass sets :attr:`kind` and :attr:`OPTIONS`, implements ``submit`` and
+    ``statistics``, and overrides the ``_open`` and ``_close`` hooks (and
+    :attr:`backlog_s`, :attr:`idle`) where it needs to. ``_open`` runs with the
+    executor already open; if it raises, ``_close`` runs before the error goes on.
+    ``_close`` runs once, for an executor that was opened, however often it is exited.
+    """
+
+    kind: ClassVar[ExecutionKind]
+    #: The fields of :class:`ExecutorOptions` its constructor takes, by the same names,
+    #: beside ``timeout``.
+    OPTIONS: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, fn: UserFunction, stage: Stage, timeout: Any) -> None:
+        self.timeout = check_executor(fn, stage, self.kind, timeout)
+        self.fn = fn
+        self.stage: Stage = stage
+        self._state: Lifetime = "new"
+
+    @classmethod
+    def from_options(cls, fn: UserFunction, stage: Stage, options: ExecutorOptions) -> Self:
+        """The executor for ``fn`` in ``stage`` with the options it uses (:attr:`OPTIONS`):
+        the factory's way to build one."""
+        taken = {name: getattr(options, name) for name in cls.OPTIONS}
+        return cls(fn, stage, timeout=options.timeout, **taken)
+
+    @property
+    def parallelism(self) -> int:
+        """How many calls it runs at once (see :class:`Executor`)."""
+        raise NotImplementedError
+
+    @property
+    def backlog_s(self) -> float:
+        """0: a call starts within microseconds of its submit (see :class:`Executor`)."""
+        return 0.0
+
+    @property
+    def idle(self) -> bool:
+        """False: the in-flight bound keeps a large parallelism fed (see :class:`Executor`)."""
+        return False
+
+    async def __aenter__(self) -> Self:
+        if self._state != "new":
+            raise RuntimeError(
+                f"a {type(self).__name__} can be entered only once; create a new one for a new run"
+            )
+        self._state = "open"
+        try:
+            await self._open()
+        except BaseException:
+            await self.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        opened = self._state == "open"
+        self._state = "closed"
+        if opened:
+            await self._close()
+
+    async def _open(self) -> None:
+        """Start what the executor needs, inside the running loop."""
+
+    async def _close(self) -> None:
+        """Stop and release everything it started; no call may be left running."""
+
+    def _snapshot(self, cls: type[_S], **fields: Any) -> _S:
+        """A statistics struct of ``cls``: the fields every kind has, and ``fields``."""
+        return cls(kind=self.kind, stage=self.stage, parallelism=self.parallelism, **fields)
+
+    def _check_open(self) -> None:
+        """Refuse a submit before ``async with`` or after the block."""
+        if self._state != "open":
+            name = type(self).__name__
+            raise RuntimeError(
+                f"the {name} is closed"
+                if self._state == "closed"
+                else f"enter the {name} with `async with` before submitting"
+            )
+
+
 def check_executor(fn: UserFunction, stage: Any, kind: ExecutionKind, timeout: Any) -> float:
-    """Refuse a stage, a function or a timeout that ``kind`` cannot run; the timeout.
+    """Refuse a stage, a function or a timeout that ``kind`` cannot run (the function:
+    :func:`evaluator._kinds.refusal`, as the Evaluator's choice does); the timeout.
 
     Raises :class:`ConfigError` naming the parameter, the value and the fix.
     """
     if stage not in ("run", "score"):
         raise ConfigError(f"must be 'run' or 'score', got {stage!r}", option="stage", value=stage)
-    if fn.is_async and kind != "async":
-        raise ConfigError(
-            f"is {kind!r} but `{fn.name}` in {fn.path} is `async def`: an async function is "
-            "awaited on the event loop; use 'async'",
-            option="execution",
-            value=kind,
-        )
-    if not fn.is_async and kind == "async":
-        raise ConfigError(
-            f"is 'async' but `{fn.name}` in {fn.path} is a plain `def`; define it with "
-            "`async def`, or use 'thread', 'process' or 'inline'",
-            option="execution",
-            value=kind,
-        )
+    problem = refusal(fn, kind)
+    if problem is not None:
+        raise ConfigError(problem, option="execution", value=kind)
     return validate_timeout(timeout, "timeout", upper=None)
 
 

@@ -1,19 +1,33 @@
-"""The one way the engine opens an executor: :func:`open_executor`."""
+"""The one way the engine opens an executor: :func:`open_executor`, over a registry."""
 
 from __future__ import annotations
 
-from typing import get_args
+import importlib
+from typing import cast
 
 from .._context import Stage
 from .._exceptions import ConfigError
+from .._kinds import ExecutionKind, refusal
 from .._loader import UserFunction
-from ._async import ASYNC_CONCURRENCY, AsyncExecutor
-from ._base import ExecutionKind, Executor, ExecutorOptions
-from ._threads import InlineExecutor, ThreadExecutor
+from ._base import Executor, ExecutorBase, ExecutorOptions
 
-__all__ = ["open_executor"]
+__all__ = ["EXECUTORS", "executor_class", "open_executor"]
 
-KINDS: tuple[str, ...] = get_args(ExecutionKind)
+#: Each kind's executor, as (module, class): imported when first opened, so that a run
+#: that uses neither loads no process pool and no Ray.
+EXECUTORS: dict[ExecutionKind, tuple[str, str]] = {
+    "process": ("._process._executor", "ProcessExecutor"),
+    "thread": ("._threads", "ThreadExecutor"),
+    "async": ("._async", "AsyncExecutor"),
+    "inline": ("._threads", "InlineExecutor"),
+    "ray": ("._ray._executor", "RayExecutor"),
+}
+
+
+def executor_class(kind: ExecutionKind) -> type[ExecutorBase]:
+    """The executor class of ``kind`` (see :data:`EXECUTORS`)."""
+    module, name = EXECUTORS[kind]
+    return cast(type[ExecutorBase], getattr(importlib.import_module(module, __package__), name))
 
 
 def open_executor(
@@ -24,54 +38,8 @@ def open_executor(
     Raises :class:`ConfigError` for an unknown kind, a function the kind cannot run
     (an ``async def`` anywhere but "async", a plain ``def`` there) or a bad option.
     """
-    if execution == "async":
-        return AsyncExecutor(
-            fn,
-            stage,
-            timeout=options.timeout,
-            concurrency=options.concurrency or max(ASYNC_CONCURRENCY, options.model_budget or 0),
-            llm_handler=options.llm_handler,
-        )
-    if execution == "thread":
-        return ThreadExecutor(
-            fn,
-            stage,
-            timeout=options.timeout,
-            workers=options.workers,
-            model_budget=options.model_budget,
-            concurrency=options.concurrency,
-            llm_handler=options.llm_handler,
-            model_limit=options.model_limit if options.model_budget is not None else None,
-        )
-    if execution == "inline":
-        return InlineExecutor(fn, stage, timeout=options.timeout, llm_handler=options.llm_handler)
-    if execution == "process":
-        from ._process._executor import ProcessExecutor
-
-        return ProcessExecutor(
-            fn,
-            stage,
-            timeout=options.timeout,
-            workers=options.workers,
-            llm_handler=options.llm_handler,
-            max_calls_per_worker=options.max_calls_per_worker,
-            memory_limit_mb=options.memory_limit_mb,
-        )
-    if execution == "ray":
-        from ._ray._executor import RayExecutor
-
-        return RayExecutor(
-            fn,
-            stage,
-            timeout=options.timeout,
-            workers=options.workers,
-            llm_handler=options.llm_handler,
-            max_calls_per_worker=options.max_calls_per_worker,
-            memory_limit_mb=options.memory_limit_mb,
-            address=options.ray_address,
-        )
-    raise ConfigError(
-        f"must be one of {', '.join(map(repr, KINDS))}, got {execution!r}",
-        option="execution",
-        value=execution,
-    )
+    problem = refusal(fn, execution)
+    if problem is not None:
+        raise ConfigError(problem, option="execution", value=execution)
+    kind = cast(ExecutionKind, execution)
+    return cast(Executor, executor_class(kind).from_options(fn, stage, options))

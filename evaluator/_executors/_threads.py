@@ -22,15 +22,16 @@ import queue
 import threading
 from collections.abc import Callable, Sequence
 from time import perf_counter_ns
-from typing import Any, ClassVar, Self, cast
+from typing import Any, ClassVar, cast
 
 from .. import _failures as failures
 from .._aio import shielded
 from .._calls import Call, LLMHandler, Outcome, SyncInvoker
 from .._context import Stage
+from .._kinds import ExecutionKind
 from .._loader import UserFunction
 from .._options import validate_count
-from ._base import ExecutionKind, ExecutorStatistics, Progress, check_executor, check_workers
+from ._base import ExecutorBase, ExecutorStatistics, Progress, check_workers
 from ._bridge import LoopBridge
 
 __all__ = [
@@ -195,7 +196,7 @@ class _Worker(threading.Thread):
         return True
 
 
-class ThreadExecutor:
+class ThreadExecutor(ExecutorBase):
     """A bounded pool of daemon threads for sync user functions, with per-call timeouts.
 
     Its size is :func:`pool_size` of ``workers``, ``model_budget`` (the calls in flight
@@ -207,6 +208,13 @@ class ThreadExecutor:
     """
 
     kind: ClassVar[ExecutionKind] = "thread"
+    OPTIONS: ClassVar[tuple[str, ...]] = (
+        "workers",
+        "model_budget",
+        "concurrency",
+        "llm_handler",
+        "model_limit",
+    )
 
     def __init__(
         self,
@@ -220,11 +228,11 @@ class ThreadExecutor:
         llm_handler: LLMHandler | None = None,
         model_limit: Callable[[], int] | None = None,
     ) -> None:
-        self.timeout = check_executor(fn, stage, self.kind, timeout)
-        # Read live: the pipeline feeds as many calls as the model admits now.
-        self._model_limit = model_limit if workers is None else None
-        self.fn = fn
-        self.stage: Stage = stage
+        super().__init__(fn, stage, timeout)
+        # Read live: the pipeline feeds as many calls as the model admits now. Only a
+        # model-bound pool (one with a model budget) follows its model, and only when
+        # `workers` does not fix its size.
+        self._model_limit = model_limit if workers is None and model_budget is not None else None
         self.workers = pool_size(
             check_workers(workers, self.kind),
             validate_count(model_budget, "model_budget"),
@@ -241,7 +249,6 @@ class ThreadExecutor:
         self._timeouts = 0
         self._outstanding = 0  # calls of the submits not returned yet, on the loop only
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._state = "new"
 
     @property
     def parallelism(self) -> int:
@@ -250,20 +257,8 @@ class ThreadExecutor:
             return self.workers
         return min(self.workers, max(MIN_MODEL_THREADS, limit()))
 
-    @property
-    def backlog_s(self) -> float:
-        return 0.0
-
-    @property
-    def idle(self) -> bool:
-        return False  # its parallelism is large: the in-flight bound keeps it fed
-
-    async def __aenter__(self) -> Self:
-        if self._state != "new":
-            raise RuntimeError("an executor cannot be reopened; create a new one")
+    async def _open(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._state = "open"
-        return self
 
     def _spawn(self) -> None:
         worker = _Worker(self, next(self._numbers))
@@ -281,8 +276,8 @@ class ThreadExecutor:
         not told: outcomes are stored by the threads, and a hand-off to the loop for
         each would cost more than the calls a thread runs (a slow submit here is one
         example: slow calls travel in chunks of one)."""
-        if self._state != "open" or self._loop is None:
-            raise RuntimeError("the executor is not open; use `async with` first")
+        self._check_open()
+        assert self._loop is not None
         if not calls:
             return []
         job = _Job(calls, self._loop)
@@ -348,10 +343,7 @@ class ThreadExecutor:
         self._abandoned.add(worker)
         self._abandoned_total += 1
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._state != "open":
-            return
-        self._state = "closed"
+    async def _close(self) -> None:
         threads = list(self._threads)
         for _ in threads:
             self.jobs.put(None)
@@ -364,10 +356,8 @@ class ThreadExecutor:
         self._threads.clear()
 
     def statistics(self) -> ThreadExecutorStatistics:
-        return ThreadExecutorStatistics(
-            kind=self.kind,
-            stage=self.stage,
-            parallelism=self.parallelism,
+        return self._snapshot(
+            ThreadExecutorStatistics,
             calls=sum(w.calls for w in self._all),
             timeouts=self._timeouts,
             busy=sum(1 for t in list(self._threads) if t.in_call),
@@ -400,6 +390,7 @@ class InlineExecutor(ThreadExecutor):
     """
 
     kind: ClassVar[ExecutionKind] = "inline"
+    OPTIONS: ClassVar[tuple[str, ...]] = ("llm_handler",)
 
     def __init__(
         self,

@@ -5,6 +5,7 @@
 maps its flags onto; ``plot_judges`` (in ``evaluator._plot``) draws the report.
 """
 
+from .._exceptions import ModelsFileError as ModelsFileError
 from ._compare import MAX_REPEAT as MAX_REPEAT
 from ._compare import compare_judges as compare_judges
 from ._compare import verdict_of as verdict_of
@@ -24,7 +25,6 @@ from ._report import JudgesReport as JudgesReport
 from ._report import Projection as Projection
 from ._report import SelfAgreement as SelfAgreement
 from ._spec import JudgeSpec as JudgeSpec
-from ._spec import ModelsFileError as ModelsFileError
 from ._table import print_judges as print_judges
 
 __all__ = [

@@ -26,16 +26,10 @@ import msgspec
 
 from llm_client import ModelConfigError
 
-from .._exceptions import ConfigError
+from .._exceptions import ConfigError, ModelsFileError
 from ._compare import MAX_REPEAT
 from ._models_file import load_models_file
-from ._spec import (
-    DEFAULT_BASE_URL,
-    DEFAULT_KEY_ENV,
-    JudgeSpec,
-    ModelsFileError,
-    default_key_elsewhere,
-)
+from ._spec import DEFAULT_BASE_URL, DEFAULT_KEY_ENV, JudgeSpec, default_key_elsewhere
 
 if TYPE_CHECKING:
     from llm_client import SimulatorConfig

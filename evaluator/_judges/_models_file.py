@@ -40,7 +40,8 @@ from typing import Any, NamedTuple
 
 from llm_client import ModelConfigError
 
-from ._spec import JudgeSpec, ModelsFileError
+from .._exceptions import ModelsFileError
+from ._spec import JudgeSpec
 
 __all__ = ["REASONING_EFFORTS", "load_models_file"]
 

@@ -18,7 +18,8 @@ Choices, stated once:
 * A majority tie (an even number of repeats, split evenly) takes the first repeat's
   verdict, the one a single run would have given; ties are counted per row. An odd
   ``repeat`` has none.
-* Intervals are percentile bootstraps over examples (2,000 resamples, seed 0).
+* Intervals are percentile bootstraps over examples (2,000 resamples, seed 0:
+  :func:`evaluator._stats.bootstrap_ci`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import msgspec
 
 from .._agreement import (
     agreement_rate,
-    bootstrap_ci,
     cohens_kappa,
     confusion_counts,
     fleiss_kappa,
@@ -43,6 +43,7 @@ from .._agreement import (
     within_std,
 )
 from .._results import Result
+from .._stats import bootstrap_ci, percentile
 
 __all__ = [
     "TIE_RULE",
@@ -195,15 +196,6 @@ class JudgesReport(msgspec.Struct, kw_only=True):
     cases: list[JudgeCase] = []
 
 
-def _percentile(values: Sequence[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q
-    lo, hi = math.floor(k), math.ceil(k)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
-
-
 def _cost(results: list[Result]) -> tuple[float | None, str | None]:
     """The judge's total cost, or None with the reason: never a 0 for unknown prices."""
     called = [r for r in results if r.judge.llm_calls]
@@ -248,8 +240,8 @@ def usage_row(label: str, model: str, runs: Runs) -> JudgeRow:
         input_tokens_per_example=sum(r.judge.input_tokens for r in results) / n if n else None,
         output_tokens_per_example=sum(r.judge.output_tokens for r in results) / n if n else None,
         calls_per_example=sum(r.judge.llm_calls for r in results) / n if n else None,
-        latency_p50_ms=_percentile(service, 0.5),
-        latency_p95_ms=_percentile(service, 0.95),
+        latency_p50_ms=percentile(service, 0.5),
+        latency_p95_ms=percentile(service, 0.95),
         service_ms_mean=math.fsum(service) / len(service) if service else None,
         rate_limited=sum(r.judge.rate_limited for r in results),
         retries=sum(r.judge.retries for r in results),

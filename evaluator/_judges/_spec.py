@@ -1,15 +1,15 @@
-"""One judge model as the user described it: :class:`JudgeSpec`, and its errors.
+"""One judge model as the user described it: :class:`JudgeSpec`.
 
 A spec is what a models file entry (or a ``--models`` name) says about one judge: the
 name the server knows it by, the label rows and ``--reference`` use, where it is served
 and which environment variable holds its key, its prices, limits and call options. It
 turns into one :class:`llm_client.ModelConfig` per judge, so that each key travels only
-with its own base URL: the rate governor and the HTTP client are per config.
+with its own base URL: the rate governor and the HTTP client are per config. A mistake
+in one is a :class:`~evaluator._exceptions.ModelsFileError`.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -18,13 +18,7 @@ from llm_client import ModelConfig
 
 from .._exceptions import ConfigError
 
-__all__ = [
-    "DEFAULT_BASE_URL",
-    "DEFAULT_KEY_ENV",
-    "JudgeSpec",
-    "ModelsFileError",
-    "default_key_elsewhere",
-]
+__all__ = ["DEFAULT_BASE_URL", "DEFAULT_KEY_ENV", "JudgeSpec", "default_key_elsewhere"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
@@ -68,37 +62,6 @@ _CONFIG_FIELDS = (
     "max_tokens",
     "reasoning_effort",
 )
-
-
-class ModelsFileError(ConfigError):
-    """A mistake in a models file: names the file (and line when known), the model or
-    provider table, the key, what is wrong and how to fix it."""
-
-    def __init__(
-        self,
-        path: str | Path,
-        problem: str,
-        *,
-        where: str | None = None,
-        key: str | None = None,
-        line: int | None = None,
-    ) -> None:
-        self.path = str(path)
-        self.detail = problem
-        self.where = where
-        self.key = key
-        self.line = line
-        head = f"{self.path}:{line}" if line is not None else self.path
-        super().__init__(f"{head}: {where}: {problem}" if where else f"{head}: {problem}")
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_models_file_error, (self.path, self.detail, self.where, self.key, self.line))
-
-
-def _models_file_error(
-    path: str, problem: str, where: str | None, key: str | None, line: int | None
-) -> ModelsFileError:
-    return ModelsFileError(path, problem, where=where, key=key, line=line)
 
 
 class JudgeSpec(msgspec.Struct, frozen=True, kw_only=True):

@@ -34,7 +34,8 @@ from .._executors._async import AsyncExecutorStatistics
 from .._executors._base import Executor, ExecutorOptions
 from .._executors._factory import open_executor
 from .._executors._threads import ThreadExecutorStatistics
-from .._loader import EXECUTIONS, UserFunction, load_metric, load_program
+from .._kinds import refusal
+from .._loader import UserFunction, load_metric, load_program
 from .._models import ModelRouter, Models, ModelStatistics
 from .._options import MAX_TIMEOUT, validate_count, validate_ray_address, validate_timeout
 from .._report import (
@@ -130,7 +131,7 @@ def choose_execution(
         return ExecutionChoice(
             kind=kind, source="automatic", reason=_reason(fn), model_budget=budget
         )
-    problem = _refusal(fn, chosen)
+    problem = refusal(fn, chosen)
     if problem is None and override is not None:
         return ExecutionChoice(
             kind=chosen,
@@ -149,23 +150,6 @@ def choose_execution(
     if override is not None:
         raise ConfigError(problem, option=option, value=override)
     raise ConfigError(f"EXECUTION in {fn.path} {problem}")
-
-
-def _refusal(fn: UserFunction, chosen: str) -> str | None:
-    """Why ``fn`` cannot run in ``chosen`` (None when it can)."""
-    if chosen not in EXECUTIONS:
-        return f"must be one of {', '.join(map(repr, EXECUTIONS))}, got {chosen!r}"
-    if fn.is_async and chosen != "async":
-        return (
-            f"is {chosen!r} but `{fn.name}` in {fn.path} is `async def`; an async "
-            "function is awaited on the event loop: use 'async' (or leave it unset)"
-        )
-    if not fn.is_async and chosen == "async":
-        return (
-            f"is 'async' but `{fn.name}` in {fn.path} is a plain `def`; define it "
-            "with `async def`, or use 'thread', 'process' or 'inline'"
-        )
-    return None
 
 
 def _ray_address(address: Any, *executions: str | None) -> str | None:

@@ -17,6 +17,13 @@ A routed request (``_intercept.py``) arrives with the call's token and stage. Th
    reply into the example (program calls into its observation, metric calls into the
    judge's usage), failures included (retries, 429s).
 
+A request of a thread that user code started, in the engine's process, comes with the
+token :data:`~._owner.UNATTRIBUTED` (the gateway opens that route, ``_owner.open_route``):
+it is served all the same, and the stage's examples running then, and every later one,
+are unmeasured, since none of them can be charged with it. With ``route_to`` the gateway
+also seals the audit hook to the simulator (``_audit.seal``) and sets the environment
+user code and its children see (``_environ.simulated``).
+
 :meth:`Gateway.note_bypass` marks an example's cost unmeasured (the audit hook, a request
 the layer does not route); from then on every later example of that stage is unmeasured
 too, since a connection kept open may carry its calls unseen.
@@ -41,7 +48,7 @@ import msgspec
 from llm_client._fair import sharing
 
 from .._context import Stage
-from . import _audit, _intercept
+from . import _audit, _environ, _intercept, _owner
 from ._request import SDKRequest
 
 if TYPE_CHECKING:
@@ -96,16 +103,29 @@ class Gateway:
         self._stack = contextlib.AsyncExitStack()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._open = False
+        self._route: Any = None
+        self._sealed: tuple[str, int] | None = None
         self.routed = 0
 
     async def __aenter__(self) -> Gateway:
+        from .._executors._bridge import LoopBridge
+
         await self._stack.__aenter__()
         _intercept.activate()
         _audit.activate()
+        _owner.activate()
+        loop = asyncio.get_running_loop()
+        port = ModelPort(self._router, self)
+        self._route = _owner.open_route(
+            lambda stage: LoopBridge(loop, port, _owner.UNATTRIBUTED, stage)
+        )
         if self._route_to is not None:
             parts = urlsplit(self._route_to)
             if parts.hostname:
-                _audit.except_address(parts.hostname, parts.port or 80)
+                self._sealed = (parts.hostname, parts.port or 80)
+                _audit.seal(*self._sealed)
+            # What the processes user code starts inherit: no key, the simulator.
+            self._stack.enter_context(_environ.simulated(self._route_to))
         self._open = True
         return self
 
@@ -121,8 +141,13 @@ class Gateway:
         if not self._open:
             return
         self._open = False
+        _owner.close_route(self._route)
+        _owner.deactivate()
         _intercept.deactivate()
         _audit.deactivate()
+        if self._sealed is not None:
+            _audit.unseal(*self._sealed)
+            self._sealed = None
         tasks = [t for t in self._tasks if not t.done()]
         for task in tasks:
             task.cancel()
@@ -141,6 +166,9 @@ class Gateway:
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)
+        if token == _owner.UNATTRIBUTED:
+            # Marked before it is sent: a failed or cancelled call was made all the same.
+            self._router.mark_unattributed(stage, _unattributed(request))
         try:
             with _audit.engine_io(), sharing(self._router.share_of(token)):
                 return await self._forward(token, stage, request)
@@ -235,7 +263,18 @@ class Gateway:
     def note_bypass(self, token: int, stage: Stage, what: str) -> None:
         """``what`` went around the metered paths in call ``token``: its cost, and every
         later example's of that stage, is unmeasured."""
-        self._router.mark_unmeasured(token, stage, what)
+        if token == _owner.UNATTRIBUTED:
+            self._router.mark_unattributed(stage, f"{what}, from a thread user code started")
+        else:
+            self._router.mark_unmeasured(token, stage, what)
+
+
+def _unattributed(request: SDKRequest) -> str:
+    parts = urlsplit(request.url)
+    return (
+        f"a model call ({request.method} {parts.hostname or ''}{parts.path}) from a thread "
+        "that user code started, which the engine cannot tie to one example"
+    )
 
 
 class ModelPort:

@@ -12,9 +12,10 @@ Patching there routes each SDK after it has built its request (base URL, key, he
 body and timeout as the user configured them) and before any socket is opened, and hands
 it back a response of its own library that it parses, streams and raises from as usual.
 
-A patched method does something only inside a user call (the engine's call context is
-set) and outside the engine's own I/O; any other request (a service embedding the engine,
-the engine's own clients) passes through untouched. Inside a call:
+A patched method does something only for user code (inside a user call, in a thread a
+user call started, in a worker process: ``_owner.owner``) and outside the engine's own
+I/O; any other request (a service embedding the engine, the engine's own clients) passes
+through untouched. For user code:
 
 * a model call (``POST`` to ``.../chat/completions``, ``/responses``, ``/messages``,
   ``/completions``, ``/embeddings``) goes to the call's bridge, which takes it to the
@@ -46,8 +47,8 @@ from urllib.parse import urlsplit
 
 from llm_client._exceptions import ModelClientError
 
-from .._context import current
 from ._audit import is_engine_io
+from ._owner import owner
 from ._request import CannotRoute, SDKRequest
 
 __all__ = ["MODEL_PATHS", "activate", "activate_in_worker", "deactivate", "model_path"]
@@ -188,7 +189,7 @@ def _routable(adapter: Any, request: Any) -> tuple[Any, bool]:
     a model call."""
     if not _active or is_engine_io():
         return None, False
-    ctx = current()
+    ctx = owner()
     bridge = None if ctx is None else getattr(ctx, "llm", None)
     if bridge is None or not hasattr(bridge, "forward"):
         return None, False

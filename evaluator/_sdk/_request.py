@@ -5,12 +5,29 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["CannotRoute", "SDKRequest"]
+__all__ = ["CannotRoute", "SDKRequest", "SimulatorOnly"]
 
 
 class CannotRoute(RuntimeError):  # a condition, not a failure of the call
     """This request cannot reach the engine from where it was made (a synchronous SDK
     call on the engine's own event loop): it goes out as the SDK meant, unmeasured."""
+
+
+class SimulatorOnly(ConnectionRefusedError):
+    """A connection user code opened under ``--simulator`` to somewhere else than the
+    simulator: refused before it is made (the SDK sees a refused connection)."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(
+            f"skynet-eval refused a connection to {where}: this run serves its models from "
+            "the simulator (--simulator), and user code may connect to nothing else. Model "
+            "calls through skynet.llm or an SDK the engine routes (openai, litellm, "
+            "dspy.LM) reach the simulator; run without --simulator to reach other hosts"
+        )
+        self.where = where
+
+    def __reduce__(self) -> tuple[type[SimulatorOnly], tuple[str]]:
+        return (SimulatorOnly, (self.where,))
 
 
 class SDKRequest(msgspec.Struct, frozen=True, array_like=True):

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from . import _audit, _intercept
+import os
+from typing import Any
+from urllib.parse import urlsplit
 
-__all__ = ["boot"]
+from . import _audit, _environ, _intercept, _owner
+
+__all__ = ["boot", "own"]
 
 
 def boot() -> None:
@@ -19,3 +23,14 @@ def boot() -> None:
 
     _intercept.activate_in_worker()
     _audit.activate()
+    simulator = os.environ.get(_environ.SIMULATOR_ENV)
+    if simulator:  # --simulator: the engine set it for its workers (``_environ``)
+        parts = urlsplit(simulator)
+        if parts.hostname:
+            _audit.seal(parts.hostname, parts.port or 80)
+
+
+def own(ctx: Any) -> None:
+    """The worker runs one call at a time: whatever any thread of it does belongs to the
+    call ``ctx`` describes (its context, updated in place call after call)."""
+    _owner.own_process(ctx)

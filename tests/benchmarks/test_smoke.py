@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+# Each benchmark runs in a subprocess for seconds: left out of the developer loop.
+pytestmark = pytest.mark.slow
+
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 

@@ -13,9 +13,13 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("ray") is None, reason="needs Ray (the extra `ray`)"
-)
+# A real Ray instance or cluster (the mark implies slow).
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.skipif(
+        importlib.util.find_spec("ray") is None, reason="needs Ray (the extra `ray`)"
+    ),
+]
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 

@@ -1,4 +1,4 @@
-"""Tests of ``evaluator._agreement``: agreement, kappa, Pearson, bootstrap, Pareto front,
+"""Tests of ``evaluator._agreement``: agreement, kappa, Pearson, Pareto front,
 repeatability (flip-free share, Fleiss' kappa, ICC, within-example std, majority) and the
 confusion matrix, each against values worked out by hand on small fixed sets."""
 
@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Hashable, Sequence
 
 import pytest
 
 from evaluator._agreement import (
     agreement_rate,
-    bootstrap_ci,
     cohens_kappa,
     confusion_counts,
     fleiss_kappa,
@@ -29,14 +27,6 @@ from evaluator._agreement import (
 # p_o = 35/50 = 0.7; A says yes 25/50, B 30/50; p_e = 0.5*0.6 + 0.5*0.4 = 0.5; kappa 0.4.
 TABLE_A = ["yes"] * 20 + ["yes"] * 5 + ["no"] * 10 + ["no"] * 15
 TABLE_B = ["yes"] * 20 + ["no"] * 5 + ["yes"] * 10 + ["no"] * 15
-
-
-def _rate(sample: Sequence[tuple[Hashable, Hashable]]) -> float:
-    return agreement_rate([a for a, _ in sample], [b for _, b in sample])
-
-
-def _mean_first(sample: Sequence[tuple[float, float]]) -> float:
-    return sum(a for a, _ in sample) / len(sample)
 
 
 class TestAgreementRate:
@@ -128,71 +118,6 @@ class TestPearson:
         """NaN or infinite scores are refused."""
         with pytest.raises(ValueError, match="finite"):
             pearson([1.0, bad, 2.0], [1.0, 2.0, 3.0])
-
-
-class TestBootstrapCi:
-    def test_deterministic_for_a_seed(self) -> None:
-        """The same seed gives the same interval."""
-        pairs = list(zip(TABLE_A, TABLE_B, strict=True))
-        assert bootstrap_ci(_rate, pairs, seed=7) == bootstrap_ci(_rate, pairs, seed=7)
-
-    def test_constant_statistic(self) -> None:
-        """When every pair agrees, every resample agrees: the interval is (1, 1)."""
-        pairs = [(True, True), (False, False), (True, True)]
-        assert bootstrap_ci(_rate, pairs, n_resamples=50) == (1.0, 1.0)
-
-    def test_known_resampling_distribution(self) -> None:
-        """Two values 0 and 1: resample means are 0, .5, 1 with odds 1/4, 1/2, 1/4.
-
-        The 95% interval spans (0, 1); the central 40% (30th to 70th percentile) is 0.5.
-        """
-        pairs = [(0.0, 0.0), (1.0, 0.0)]
-        assert bootstrap_ci(_mean_first, pairs) == (0.0, 1.0)
-        assert bootstrap_ci(_mean_first, pairs, confidence=0.4) == (0.5, 0.5)
-
-    def test_contains_the_estimate(self) -> None:
-        """The interval of the textbook table's agreement brackets the estimate 0.7."""
-        pairs = list(zip(TABLE_A, TABLE_B, strict=True))
-        interval = bootstrap_ci(_rate, pairs, n_resamples=500)
-        assert interval is not None
-        low, high = interval
-        assert 0.5 < low < 0.7 < high < 0.9
-
-    def test_wider_at_higher_confidence(self) -> None:
-        """A 99% interval contains the 80% one (same seed, same resamples)."""
-        pairs = list(zip(TABLE_A, TABLE_B, strict=True))
-        narrow = bootstrap_ci(_rate, pairs, n_resamples=500, confidence=0.8)
-        wide = bootstrap_ci(_rate, pairs, n_resamples=500, confidence=0.99)
-        assert narrow is not None
-        assert wide is not None
-        assert wide[0] <= narrow[0] <= narrow[1] <= wide[1]
-
-    def test_undefined_resamples_are_left_out(self) -> None:
-        """A statistic that is None on every resample gives None, not a made-up interval."""
-        pairs = [(1.0, 2.0), (1.0, 3.0)]
-        interval = bootstrap_ci(
-            lambda s: pearson([a for a, _ in s], [b for _, b in s]), pairs, n_resamples=20
-        )
-        assert interval is None
-
-    @pytest.mark.parametrize(
-        ("kwargs", "match"),
-        [
-            ({"n_resamples": 0}, "n_resamples"),
-            ({"n_resamples": True}, "n_resamples"),
-            ({"confidence": 1.0}, "confidence"),
-            ({"confidence": 0.0}, "confidence"),
-        ],
-    )
-    def test_bad_options(self, kwargs: dict[str, float], match: str) -> None:
-        """Out-of-range options are refused, naming the option."""
-        with pytest.raises(ValueError, match=match):
-            bootstrap_ci(_rate, [(True, True)], **kwargs)  # type: ignore[arg-type]
-
-    def test_empty(self) -> None:
-        """No pairs is refused."""
-        with pytest.raises(ValueError, match="at least one pair"):
-            bootstrap_ci(_rate, [])
 
 
 class TestParetoFront:

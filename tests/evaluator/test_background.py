@@ -5,16 +5,17 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
-from evaluator._background import BackgroundEngine, EngineClosedError
+from evaluator._background import BackgroundEngine
+from evaluator._exceptions import EngineClosedError
 from evaluator._models import Models
 from llm_client import ModelConfig, Simulator, SimulatorConfig
+from tests._helpers import until_sync
 
 
 @pytest.fixture
@@ -34,16 +35,8 @@ def _judge(sim: Simulator, **fields: Any) -> Models:
     )
 
 
-def _wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    """Poll a condition another thread makes true (a guard against hangs, not a timing)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("the condition never held")
-        time.sleep(0.005)
-
-
 class TestBackgroundEngine:
+    @pytest.mark.slow
     def test_threads_share_one_rate_budget(self, sim: Simulator) -> None:
         """48 calls from 16 threads pass one governor: no 429, no window over the limit."""
         engine = BackgroundEngine(_judge(sim))
@@ -113,7 +106,7 @@ class TestBackgroundEngine:
 
             thread = threading.Thread(target=caller)
             thread.start()
-            _wait_for(lambda: slow.statistics().in_flight == 1)
+            until_sync(lambda: slow.statistics().in_flight == 1)
             engine.close()
             thread.join(30)
             assert not thread.is_alive()

@@ -33,6 +33,7 @@ from evaluator._loader import UserFunction, load_metric
 from evaluator._models import Models
 from evaluator._pipeline import Evaluator
 from llm_client import ModelConfig, Simulator, SimulatorConfig
+from tests._helpers import until
 
 SOURCES = Path(__file__).resolve().parent / "sources"
 
@@ -86,17 +87,6 @@ def our_threads() -> list[threading.Thread]:
 
 def other_tasks() -> set[asyncio.Task[Any]]:
     return asyncio.all_tasks() - {asyncio.current_task()}  # type: ignore[operator]
-
-
-async def until(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    """Wait until ``condition()`` holds (it changes in other processes or threads, which
-    offer nothing to await: poll, bounded)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        await asyncio.sleep(0.005)
 
 
 async def cancelled(task: asyncio.Task[Any]) -> None:

@@ -3,26 +3,20 @@
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 from evaluator._check import check_contract
+from tests._helpers import write
 
 ROOT = Path(__file__).resolve().parents[2]
 METRICS = ROOT / "examples" / "metrics"
 LABELS = METRICS / "labels.jsonl"
 
 
-def metric(tmp_path: Path, source: str, name: str = "metric.py") -> Path:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(source))
-    return path
-
-
 class TestCheckContract:
     async def test_page_exact_match_passes(self) -> None:
         """The page's exact-match metric passes every step."""
-        report = await check_contract(METRICS / "exact_match.py", _rows(LABELS))
+        report = await check_contract(METRICS / "exact_match.py", _rows(LABELS), execution="inline")
         assert report.ok
         assert [s.name for s in report.steps] == [
             "Metric file",
@@ -33,18 +27,23 @@ class TestCheckContract:
 
     async def test_page_json_checks_passes(self) -> None:
         """The page's several-checks JSON metric passes every step."""
-        report = await check_contract(METRICS / "json_checks.py", _rows(METRICS / "fields.jsonl"))
+        report = await check_contract(
+            METRICS / "json_checks.py", _rows(METRICS / "fields.jsonl"), execution="inline"
+        )
         assert report.ok
 
     async def test_reward_spec_step(self) -> None:
         """A module with REWARD_SPEC gets the Reward spec step, and passes it."""
-        report = await check_contract(METRICS / "reward_blend.py", _rows(LABELS))
+        report = await check_contract(
+            METRICS / "reward_blend.py", _rows(LABELS), execution="inline"
+        )
         assert "Reward spec" in [s.name for s in report.steps] and report.ok
 
     async def test_bad_reward_spec(self, tmp_path: Path) -> None:
         """A bad REWARD_SPEC fails before any example runs, naming the key path."""
-        path = metric(
+        path = write(
             tmp_path,
+            "metric.py",
             """
             from skynet import reward
             REWARD_SPEC = {"weights": {"accuracy": 1, "speed": 0, "cost": 0}, "accuracy": {},
@@ -62,8 +61,9 @@ class TestCheckContract:
     async def test_only_first_three(self, tmp_path: Path) -> None:
         """The check runs the metric on the first three examples only."""
         seen = tmp_path / "seen.txt"
-        path = metric(
+        path = write(
             tmp_path,
+            "metric.py",
             f"""
             EXECUTION = "inline"
             def score(i, o, e=None):

@@ -8,7 +8,6 @@ import inspect
 import logging
 import subprocess
 import sys
-import textwrap
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from dspy.utils import DummyLM
 from evaluator import ConfigError, ContractError, InvalidReturn, Models, load_metric
 from evaluator.dspy import DSPyMetric, EngineClosedError, NoModelError, to_dspy_metric
 from llm_client import LLMError, ModelConfig, Simulator, SimulatorConfig
+from tests._helpers import write
 
 # The exact-match metric of the product page, verbatim.
 EXACT_MATCH = """
@@ -42,15 +42,9 @@ ROWS = [
 ]
 
 
-def _write(folder: Path, name: str, text: str) -> Path:
-    path = folder / name
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
 @pytest.fixture
 def exact_match(tmp_path: Path) -> Path:
-    return _write(tmp_path, "metric.py", EXACT_MATCH)
+    return write(tmp_path, "metric.py", EXACT_MATCH)
 
 
 @pytest.fixture
@@ -99,7 +93,7 @@ class TestToDspyMetric:
 
     def test_feedback_call_returns_a_prediction(self, tmp_path: Path) -> None:
         """dspy.GEPA's five-argument call gets score, feedback and the named scores."""
-        path = _write(
+        path = write(
             tmp_path,
             "m.py",
             """
@@ -185,7 +179,7 @@ class TestToDspyMetric:
 
     def test_async_metric_runs_without_a_loop(self, tmp_path: Path) -> None:
         """An `async def score` is run to completion from DSPy's synchronous call."""
-        path = _write(
+        path = write(
             tmp_path,
             "am.py",
             """
@@ -203,7 +197,7 @@ class TestToDspyMetric:
 
     async def test_async_metric_inside_a_running_loop(self, tmp_path: Path) -> None:
         """Called on a thread whose loop is running, an async metric still completes."""
-        path = _write(
+        path = write(
             tmp_path,
             "am2.py",
             """
@@ -224,7 +218,7 @@ class TestToDspyMetric:
 
     def test_invalid_return_names_the_step_and_example(self, tmp_path: Path) -> None:
         """A bare number breaks the contract: InvalidReturn naming the step and the example."""
-        path = _write(
+        path = write(
             tmp_path, "bad.py", "def score(input, output, expected=None):\n    return 0.8\n"
         )
         metric = to_dspy_metric(path)
@@ -339,7 +333,7 @@ class TestWithDspy:
 class TestRewardUnderDspy:
     def test_reward_scores_unmeasured_speed_and_cost_zero(self, tmp_path: Path) -> None:
         """reward() under DSPy gives speed and cost 0 and its feedback says why."""
-        path = _write(
+        path = write(
             tmp_path,
             "rm.py",
             """
@@ -536,7 +530,7 @@ class TestJudgeUnderDspy:
         self, tmp_path: Path, sim: Simulator, caplog: pytest.LogCaptureFixture
     ) -> None:
         """A contract break and an exception are each logged once, and counted by kind."""
-        path = _write(
+        path = write(
             tmp_path,
             "flaky.py",
             """
@@ -596,7 +590,7 @@ class TestJudgeUnderDspy:
 
     def test_async_judge_metric_uses_the_engine(self, tmp_path: Path, sim: Simulator) -> None:
         """An async metric's `await allm(...)` reaches the same engine from its own loop."""
-        path = _write(
+        path = write(
             tmp_path,
             "ajudge.py",
             """
@@ -652,7 +646,7 @@ class TestJudgeLifetime:
     def test_interpreter_exit_with_a_call_in_flight_is_prompt(self, tmp_path: Path) -> None:
         """A script that exits while a judge call waits on a slow model ends at once, cleanly:
         the engine is closed at exit and the waiting call fails with a clear error."""
-        script = _write(
+        script = write(
             tmp_path,
             "exit.py",
             f"""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -13,8 +14,11 @@ from evaluator._exceptions import (
     ConfigError,
     ContractError,
     DatasetError,
+    EngineClosedError,
     EvaluationError,
     InvalidReturn,
+    ModelsFileError,
+    NoModelError,
     NotAResultsFile,
     OutputPathError,
     OutsideCallError,
@@ -38,6 +42,10 @@ EXAMPLES = [
     NotAResultsFile("data.jsonl", 1, "this is not a results file", "choose another file"),
     ResultsLocked("r.jsonl"),
     ResumeMismatch("r.jsonl", ["the metric changed: a then, b now"], 12),
+    ModelsFileError("models.toml", "unknown key", where="[models.a]", key="rpmm", line=3),
+    ModelsFileError("models.json", "no models"),
+    NoModelError(Path("/judge.py")),
+    EngineClosedError("the model engine 'dspy' is closed"),
 ]
 
 
@@ -60,6 +68,8 @@ class TestHierarchy:
         """Each error is also the stdlib type its callers would catch."""
         assert issubclass(ConfigError, ValueError) and issubclass(DatasetError, ValueError)
         assert issubclass(OutsideCallError, RuntimeError)
+        assert issubclass(EngineClosedError, RuntimeError)
+        assert issubclass(ModelsFileError, ValueError) and issubclass(NoModelError, ValueError)
         assert issubclass(InvalidReturn, ContractError) and issubclass(InvalidReturn, TypeError)
 
     def test_invalid_return_is_the_return_value_step(self) -> None:

@@ -77,6 +77,7 @@ def files(tmp_path: Path) -> dict[str, Any]:
         "metric": str(tmp_path / "metric.py"),
         "program": str(tmp_path / "program.py"),
         "execution": "inline",
+        "program_execution": "inline",
         "timeout": 30.0,
     }
 
@@ -408,11 +409,12 @@ class TestOpenWithAJudge:
 
 
 class TestGepaOptimize:
+    @pytest.mark.process
     def test_sync_host_score_goes_up(self, files: dict[str, Any]) -> None:
         """gepa.optimize from plain sync code raises the score; expected never reaches GEPA."""
         prompts: list[str] = []
         # The engine's default executors here: the program and metric in worker processes.
-        options = {k: v for k, v in files.items() if k != "execution"}
+        options = {k: v for k, v in files.items() if not k.endswith("execution")}
         with Recording.open(**options) as adapter:
             adapter.records = []
             result = _optimize(adapter, prompts)

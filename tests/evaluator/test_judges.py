@@ -579,6 +579,7 @@ class TestCommand:
         assert report.rows[2].cost_usd is None
         assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
+    @pytest.mark.slow
     def test_cli_shipped_models_file(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:

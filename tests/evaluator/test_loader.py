@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from evaluator import ContractError, load_metric, load_program
 from evaluator._exceptions import STEP_FILE, STEP_SIGNATURE
+from tests._helpers import write
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "metrics"
-
-
-def write(folder: Path, name: str, source: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / name
-    path.write_text(textwrap.dedent(source))
-    return path
 
 
 class TestForms:

@@ -112,3 +112,22 @@ class TestMeter:
         assert obs.own_ms == 9.5
         usage = meter.usage()
         assert (usage.llm_calls, usage.output_tokens, usage.cost_usd) == (2, 5, 0.0)
+
+    def test_merge_sums_every_figure_and_keeps_unmeasured_cost(self) -> None:
+        """Merging adds every count; one unmeasured cost makes the total unmeasured (never
+        a partial sum), and a note repeated by two meters is kept once."""
+        total, priced, unpriced = Meter(), Meter(), Meter()
+        priced.calls, priced.input_tokens, priced.cached_tokens, priced.cost_usd = 1, 7, 2, 0.5
+        unpriced.calls, unpriced.output_tokens, unpriced.reasoning_tokens = 2, 4, 3
+        unpriced.retries, unpriced.rate_limited, unpriced.queued_ms = 1, 1, 2.5
+        for meter in (priced, unpriced):
+            meter.notes.append("cost not measured: routed SDK")
+        unpriced.unmeasured("no price")
+        total.merge(priced)
+        assert total.cost_usd == 0.5
+        total.merge(unpriced)
+        usage = total.usage()
+        assert (usage.llm_calls, usage.input_tokens, usage.output_tokens) == (3, 7, 4)
+        assert (usage.cached_tokens, usage.reasoning_tokens, usage.queued_ms) == (2, 3, 2.5)
+        assert (usage.retries, usage.rate_limited, usage.cost_usd) == (1, 1, None)
+        assert usage.notes == ("cost not measured: routed SDK", "cost not measured: no price")

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from opentelemetry.trace import (
 
 from evaluator import ConfigError, Evaluator, Models
 from llm_client import ModelConfig, Simulator, SimulatorConfig
+from tests._helpers import write
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-telemetry-secret-0123456789"
@@ -60,12 +60,6 @@ EXACT = """
 def score(input, output, expected=None):
     return (1.0 if output == expected["label"] else 0.0), {"feedback": f"want {expected['label']}"}
 """
-
-
-def _write(folder: Path, name: str, source: str) -> Path:
-    path = folder / name
-    path.write_text(textwrap.dedent(source))
-    return path
 
 
 @pytest.fixture
@@ -148,8 +142,8 @@ class TestSpans:
     ) -> None:
         """In a chunk of cached and fresh examples, only the fresh ones ran: each model
         call's span is a child of its own example's span, and a cached example has none."""
-        program = _write(tmp_path, "program.py", PROGRAM)
-        metric = _write(tmp_path, "metric.py", EXACT)
+        program = write(tmp_path, "program.py", PROGRAM)
+        metric = write(tmp_path, "metric.py", EXACT)
         rows = [{"id": f"ex-{i}", "input": {"q": f"q-{i}"}, "expected": {"label": "x"}}
                 for i in range(4)]  # fmt: skip
         async with Evaluator(
@@ -184,8 +178,8 @@ class TestSpans:
         """Each example's span is a child of the caller's current span, and each of its
         model calls (program and judge) a child of the example's span, with GenAI
         attributes; the failed example's span has its error kind and an error status."""
-        program = _write(tmp_path, "program.py", PROGRAM)
-        metric = _write(tmp_path, "metric.py", JUDGE)
+        program = write(tmp_path, "program.py", PROGRAM)
+        metric = write(tmp_path, "metric.py", JUDGE)
         tracer = otel.tracer_provider.get_tracer("service")
         rows = _examples(4)
         async with Evaluator(
@@ -244,8 +238,8 @@ class TestSpans:
     ) -> None:
         """The API key and the examples' expected values (quoted by the metric's feedback
         and error message) appear in no exported span, attribute, event or metric point."""
-        program = _write(tmp_path, "program.py", PROGRAM)
-        metric = _write(tmp_path, "metric.py", JUDGE)
+        program = write(tmp_path, "program.py", PROGRAM)
+        metric = write(tmp_path, "metric.py", JUDGE)
         rows = _examples(3)
         async with Evaluator(
             metric,
@@ -285,7 +279,7 @@ class TestSpans:
             return set_span_in_context(NonRecordingSpan(span_context))
 
         try:
-            metric = _write(tmp_path, "metric.py", EXACT)
+            metric = write(tmp_path, "metric.py", EXACT)
             async with Evaluator(
                 metric, execution="inline", tracer_provider=sampled_out.tracer_provider
             ) as ev:
@@ -310,7 +304,7 @@ class TestSpans:
         self, tmp_path: Path, otel: Otel
     ) -> None:
         """Results read with ``stream`` inside a span get example spans under that span."""
-        metric = _write(tmp_path, "metric.py", EXACT)
+        metric = write(tmp_path, "metric.py", EXACT)
         tracer = otel.tracer_provider.get_tracer("service")
         rows = [
             {"id": i, "input": {}, "output": "a", "expected": {"label": "a"}} for i in range(30)
@@ -336,8 +330,8 @@ class TestFailedCalls:
         """A model call the server answers 500 (retried once, then given up) has a span
         with `error.type` "500", an error status and its retry count; its example's span
         has the `llm_error` kind."""
-        program = _write(tmp_path, "program.py", PROGRAM)
-        metric = _write(tmp_path, "metric.py", EXACT)
+        program = write(tmp_path, "program.py", PROGRAM)
+        metric = write(tmp_path, "metric.py", EXACT)
         async with Simulator(SimulatorConfig(api_key=KEY, error_500_rate=1.0)) as sim:
             config = ModelConfig(
                 model="sim-model", base_url=sim.base_url, api_key_env=key_env, max_retries=1
@@ -345,6 +339,7 @@ class TestFailedCalls:
             async with Evaluator(
                 metric,
                 program,
+                execution="inline",
                 models=Models(program=config),
                 tracer_provider=otel.tracer_provider,
             ) as ev:
@@ -381,8 +376,8 @@ class TestRoutedSDKSpans:
         """A call the program makes with its own openai client (routed by the engine) gets
         a model-call span under its example's, with the server's host and port and the
         tokens, and the SDK's own key appears nowhere in the export."""
-        program = _write(tmp_path, "program.py", SDK_PROGRAM)
-        metric = _write(tmp_path, "metric.py", EXACT)
+        program = write(tmp_path, "program.py", SDK_PROGRAM)
+        metric = write(tmp_path, "metric.py", EXACT)
         artifact = {"url": sim.base_url, "key": KEY}
         rows = [
             {"id": i, "input": {"q": f"q{i}"}, "expected": {"label": EXPECTED}} for i in range(3)
@@ -416,8 +411,8 @@ class TestMetrics:
     ) -> None:
         """Examples and errors by kind are counted per example; tokens, cost and queue
         wait per model call, by stage, matching the results' own figures."""
-        program = _write(tmp_path, "program.py", PROGRAM)
-        metric = _write(tmp_path, "metric.py", JUDGE)
+        program = write(tmp_path, "program.py", PROGRAM)
+        metric = write(tmp_path, "metric.py", JUDGE)
         rows = _examples(5)
         async with Evaluator(
             metric, program, models=_models(sim, key_env), meter_provider=otel.meter_provider
@@ -450,11 +445,15 @@ class TestMetrics:
         self, tmp_path: Path, sim: Simulator, key_env: str, otel: Otel
     ) -> None:
         """A model without a price adds no cost point; its calls are counted as unmeasured."""
-        program = _write(tmp_path, "program.py", PROGRAM)
-        metric = _write(tmp_path, "metric.py", EXACT)
+        program = write(tmp_path, "program.py", PROGRAM)
+        metric = write(tmp_path, "metric.py", EXACT)
         config = ModelConfig(model="sim-unpriced-model", base_url=sim.base_url, api_key_env=key_env)
         async with Evaluator(
-            metric, program, models=Models(program=config), meter_provider=otel.meter_provider
+            metric,
+            program,
+            execution="inline",
+            models=Models(program=config),
+            meter_provider=otel.meter_provider,
         ) as ev:
             results = await ev.evaluate_many(
                 "Answer.",
@@ -471,7 +470,7 @@ class TestMetrics:
 class TestOptions:
     def test_a_provider_that_is_not_one_is_refused(self, tmp_path: Path) -> None:
         """`tracer_provider` must have `get_tracer`: anything else is a ConfigError naming it."""
-        metric = _write(tmp_path, "metric.py", EXACT)
+        metric = write(tmp_path, "metric.py", EXACT)
         with pytest.raises(ConfigError, match="`tracer_provider` must be an OpenTelemetry"):
             Evaluator(metric, tracer_provider="jaeger")
 
@@ -516,8 +515,8 @@ class TestWithoutOpenTelemetry:
         """Neither `import evaluator` nor an evaluation imports OpenTelemetry when nobody
         else did; with the package missing an evaluation runs as usual (tracing a no-op)
         and a provider option names the extra."""
-        metric = _write(tmp_path, "metric.py", EXACT)
-        script = _write(tmp_path, "check.py", WITHOUT_OTEL)
+        metric = write(tmp_path, "metric.py", EXACT)
+        script = write(tmp_path, "check.py", WITHOUT_OTEL)
         done = subprocess.run(
             [sys.executable, str(script), mode, str(metric)],
             capture_output=True,

@@ -20,7 +20,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,14 +32,9 @@ from hypothesis import strategies as st
 from evaluator._dataset import Example
 from evaluator._pipeline import Evaluator
 from evaluator._results import Result
+from tests._helpers import PROCESS, write
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _write(folder: Path, name: str, source: str) -> Path:
-    path = folder / name
-    path.write_text(textwrap.dedent(source))
-    return path
 
 
 def _kind(result: Result) -> str | None:
@@ -161,9 +155,9 @@ class TestWhateverUserCodeRaises:
         KeyboardInterrupt, GeneratorExit, SystemExit, exception groups, user subclasses),
         at once or after a suspension, gives that example its error; the others are
         scored, the caller's task is not cancelled, and the Evaluator goes on."""
-        path = _write(tmp_path, "raisers.py", ASYNC_RAISERS)
+        path = write(tmp_path, "raisers.py", ASYNC_RAISERS)
         metric, program = (path, None) if stage == "score" else (tmp_path / "ok.py", path)
-        _write(
+        write(
             tmp_path, "ok.py", "async def score(i, o, e=None):\n    return 1.0, {'feedback': ''}\n"
         )
         ev = Evaluator(metric, program, timeout=10)
@@ -195,14 +189,14 @@ class TestWhateverUserCodeRaises:
             runner.run(ev.__aexit__(None, None, None))
         assert sum(seen) >= 30
 
-    @pytest.mark.parametrize("execution", ["thread", "inline", "process"])
+    @pytest.mark.parametrize("execution", ["thread", "inline", PROCESS])
     def test_sync_code_raising_any_exception_is_that_examples_error(
         self, tmp_path: Path, runner: asyncio.Runner, execution: str
     ) -> None:
         """In every sync executor, any BaseException from the metric is that example's
         error: a worker process that sees KeyboardInterrupt or a user BaseException
         stays alive (never worker_crash for its batch)."""
-        metric = _write(tmp_path, "raisers.py", SYNC_RAISERS)
+        metric = write(tmp_path, "raisers.py", SYNC_RAISERS)
         ev = Evaluator(metric, timeout=30, execution=execution, workers=1)
         runner.run(ev.__aenter__())
         try:
@@ -260,7 +254,7 @@ class TestARealCancellationIsACancellation:
         """The caller's own timeout around evaluate_many cancels it (TimeoutError), even
         when the metric turns the cancellation into an error, a KeyboardInterrupt or a
         value; nothing is left running and the Evaluator goes on."""
-        metric = _write(tmp_path, "metric.py", CONVERTING)
+        metric = write(tmp_path, "metric.py", CONVERTING)
         async with Evaluator(metric, timeout=60) as ev:
             rows = [{"id": i, "input": {"mode": mode}, "output": "o"} for i in range(5)]
             started = time.perf_counter()
@@ -306,6 +300,7 @@ async def score(input, output, expected=None):
 """
 
 
+@pytest.mark.slow
 class TestAsyncCodeThatBlocksTheLoop:
     @pytest.mark.parametrize("how", list(BLOCKERS))
     async def test_blocking_past_the_timeout_is_a_timeout_naming_the_place(
@@ -316,7 +311,7 @@ class TestAsyncCodeThatBlocksTheLoop:
         with its file, line and code; calls that waited behind it are not charged for
         the time it held the loop (tolerances: timeout 0.4 s, held 1.0 s)."""
         source = BLOCKING.format(hold=1.0, block=BLOCKERS[how])
-        metric = _write(tmp_path, "metric.py", source)
+        metric = write(tmp_path, "metric.py", source)
         line = next(
             i
             for i, text in enumerate(source.splitlines(), 1)
@@ -337,7 +332,7 @@ class TestAsyncCodeThatBlocksTheLoop:
     async def test_blocking_within_the_timeout_is_counted_not_failed(self, tmp_path: Path) -> None:
         """A call that blocks the loop for less than its timeout is scored, and counted
         as a loop block in the executor's statistics."""
-        metric = _write(tmp_path, "metric.py", BLOCKING.format(hold=0.15, block=BLOCKERS["sleep"]))
+        metric = write(tmp_path, "metric.py", BLOCKING.format(hold=0.15, block=BLOCKERS["sleep"]))
         rows = [{"id": 0, "input": {"role": "blocker"}, "output": "o"}]
         async with Evaluator(metric, timeout=5) as ev:
             (result,) = await ev.evaluate_many(None, rows)
@@ -376,6 +371,7 @@ async def score(input, output, expected=None):
 """
 
 
+@pytest.mark.slow
 class TestAsyncCodeThatSwallowsItsCancellation:
     @pytest.mark.parametrize("mode", ["late", "forever", "everything"])
     async def test_it_is_timed_out_abandoned_and_stopped_at_close(
@@ -385,7 +381,7 @@ class TestAsyncCodeThatSwallowsItsCancellation:
         ignoring GeneratorExit) gets metric_timeout at its timeout; one that keeps going
         is abandoned (counted, reported) while the run goes on, and after close it is
         never resumed again and no task is left (timeout 0.3 s; guard 10 s)."""
-        metric = _write(tmp_path, f"metric_{mode}.py", SWALLOWERS)
+        metric = write(tmp_path, f"metric_{mode}.py", SWALLOWERS)
         rows = [
             {"id": i, "input": {"mode": m}, "output": "o"}
             for i, m in enumerate([mode, "quick", mode, "quick"])
@@ -467,10 +463,10 @@ class TestEachCallGetsItsOwnCopy:
         neither the caller's examples and artifact, nor what the metric sees of the
         program, nor the output recorded, nor the next evaluation."""
         asynchronous = execution == "async"
-        program = _write(
+        program = write(
             tmp_path, "program.py", MUTATING_PROGRAM + ("\nrun = arun\n" if asynchronous else "")
         )
-        metric = _write(
+        metric = write(
             tmp_path, "metric.py", MUTATING_METRIC + ("\nscore = ascore\n" if asynchronous else "")
         )
         examples = [
@@ -600,8 +596,9 @@ def restored_clocks() -> Iterator[None]:
         gc.enable()
 
 
+@pytest.mark.slow
 class TestClocksUserCodePatches:
-    @pytest.mark.parametrize("execution", ["thread", "inline", "async", "process"])
+    @pytest.mark.parametrize("execution", ["thread", "inline", "async", PROCESS])
     @pytest.mark.usefixtures("restored_clocks")
     async def test_patched_clocks_change_no_measurement(
         self, tmp_path: Path, execution: str
@@ -612,8 +609,8 @@ class TestClocksUserCodePatches:
         150 ms: program duration and metric time >= 150 ms; guard < 5 s)."""
         functions = ASYNC_FUNCTIONS if execution == "async" else SYNC_FUNCTIONS
         source = CLOCK_PATCHER.format(functions=functions)
-        program = _write(tmp_path, "program.py", source)
-        metric = _write(tmp_path, "metric.py", source)
+        program = write(tmp_path, "program.py", source)
+        metric = write(tmp_path, "metric.py", source)
         rows = [{"id": i, "input": {}} for i in range(2)]
         async with Evaluator(
             metric, program, execution=execution, program_execution=execution, timeout=10
@@ -647,7 +644,7 @@ class TestValuesThatCannotCross:
     ) -> None:
         """Outputs the metric's worker cannot rebuild fail their own examples with a
         clear message; their batch neighbours are scored; no worker crashes."""
-        metric = _write(
+        metric = write(
             tmp_path,
             "metric.py",
             "def score(i, o, e=None):\n    return 1.0, {'feedback': str(o)}\n",
@@ -694,8 +691,8 @@ class TestEveryExampleHasItsResult:
         data.write_text(
             "".join(json.dumps({"id": i, "input": {"n": i}}) + "\n" for i in range(200))
         )
-        program = _write(tmp_path, "program.py", ASYNC_CANCEL_PROGRAM)
-        metric = _write(
+        program = write(tmp_path, "program.py", ASYNC_CANCEL_PROGRAM)
+        metric = write(
             tmp_path, "metric.py", "def score(i, o):\n    return 1.0, {'feedback': ''}\n"
         )
         out = tmp_path / "out.jsonl"
@@ -741,7 +738,7 @@ class TestEveryExampleHasItsResult:
         data.write_text(
             "".join(json.dumps({"id": i, "input": {}, "output": "o"}) + "\n" for i in range(40))
         )
-        metric = _write(
+        metric = write(
             tmp_path, "metric.py", "def score(i, o):\n    return 1.0, {'feedback': ''}\n"
         )
         code = main(["run", "--metric", str(metric), "--data", str(data), "--execution", "inline"])
@@ -760,7 +757,7 @@ class TestEveryExampleHasItsResult:
                 for i, m in enumerate(modes)
             )
         )
-        metric = _write(tmp_path, "metric.py", SWALLOWERS)
+        metric = write(tmp_path, "metric.py", SWALLOWERS)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         argv = [
             sys.executable,
@@ -816,7 +813,7 @@ class TestTheFlowLosesNoChunk:
         """Were an executor to raise a CancelledError nobody asked for, each example of
         its chunk would get a 'cancelled' error result saying so, and the run would go
         on: a task group drops a cancelled task silently, the flow must not."""
-        metric = _write(
+        metric = write(
             tmp_path, "metric.py", "def score(i, o):\n    return 1.0, {'feedback': ''}\n"
         )
         async with Evaluator(metric, execution="inline", timeout=10) as ev:
@@ -854,7 +851,7 @@ async def ascore(input, output, expected=None):
 
 
 class TestTheRecordedObservationIsTheEngines:
-    @pytest.mark.parametrize("execution", ["thread", "inline", "async", "process"])
+    @pytest.mark.parametrize("execution", ["thread", "inline", "async", PROCESS])
     async def test_forcing_the_context_observation_changes_only_a_copy(
         self, tmp_path: Path, execution: str
     ) -> None:
@@ -862,8 +859,8 @@ class TestTheRecordedObservationIsTheEngines:
         force-sets its observation's fields changes its own copy only: the recorded
         observation keeps the program's measured time and cost, for every example."""
         suffix = "\nscore = ascore\n" if execution == "async" else ""
-        metric = _write(tmp_path, "metric.py", OBSERVATION_TAMPER + suffix)
-        program = _write(
+        metric = write(tmp_path, "metric.py", OBSERVATION_TAMPER + suffix)
+        program = write(
             tmp_path,
             "program.py",
             "import time\ndef run(a, i):\n    time.sleep(0.02)\n    return 'o'\n",

@@ -265,6 +265,7 @@ async def _call(shape: Shape, key: str, transport: Any) -> tuple[BaseException, 
 TRANSPORTS: dict[str, Callable[[], Any]] = {"http11": HTTPTransport, "aiohttp": AiohttpTransport}
 
 
+@pytest.mark.slow  # a key of digits is a Retry-After the client honours (up to 120 s)
 @pytest.mark.parametrize("transport", list(TRANSPORTS))
 @pytest.mark.parametrize("shape", list(SHAPES))
 @settings(

@@ -137,6 +137,7 @@ class TestAnyPath:
                 target.unlink()  # each example starts afresh
 
 
+@pytest.mark.slow
 class TestTwoRunsAtOnce:
     def test_a_second_run_on_a_busy_output_is_refused(self, tmp_path: Path) -> None:
         """Two runs on one --output at the same time (the second with and without

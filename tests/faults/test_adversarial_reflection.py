@@ -144,7 +144,9 @@ class TestNonInterference:
     async def test_the_engine_messages_do_quote_the_value(self, tmp_path: Path) -> None:
         """The check above is not vacuous: the results themselves quote the label."""
         metric, program = _files(tmp_path, LEAKY, GUESS)
-        async with Evaluator(metric, program, execution="thread", timeout=10) as ev:
+        async with Evaluator(
+            metric, program, execution="thread", program_execution="inline", timeout=10
+        ) as ev:
             results = await ev.evaluate_many("p", _rows("B7"))
         quoted = [r for r in results if r.error is not None and "B7" in r.error.message]
         assert len(quoted) >= 6

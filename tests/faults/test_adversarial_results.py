@@ -33,6 +33,7 @@ from evaluator._exceptions import (
 from evaluator._fingerprint import HEADER_KEY, fingerprint_run
 from evaluator._results import ErrorInfo, Observation, Result
 from evaluator._store import ResultsWriter, open_results, read_results
+from tests._helpers import PROCESS
 
 _settings = settings(
     max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
@@ -200,6 +201,7 @@ class TestTails:
         else:  # nothing else changed, or only that unterminated part was cut
             assert added in (tail, tail[: len(tail) - len(last)])
 
+    @pytest.mark.slow  # every byte of a line: hundreds of files
     def test_killed_mid_line_then_resume_then_append(self, tmp_path: Path) -> None:
         """A result cut at every possible byte: the resume cuts it and appending goes on."""
         for cut in range(1, len(_result_line) - 1):
@@ -275,6 +277,7 @@ def _contend(path: str, barrier: Any, outcome: Any) -> None:
 
 
 class TestTwoWriters:
+    @pytest.mark.process
     def test_exactly_one_of_several_processes_writes(self, tmp_path: Path) -> None:
         """Processes opening one file at once: one writes, the others are refused, and the
         file holds exactly one result (no id written twice)."""
@@ -442,7 +445,7 @@ def score(input, output, expected=None):
 
 
 class TestThroughTheEngine:
-    @pytest.mark.parametrize("execution", ["thread", "process"])
+    @pytest.mark.parametrize("execution", ["thread", PROCESS])
     async def test_odd_outputs_are_scored_written_and_resumed(
         self, tmp_path: Path, execution: str
     ) -> None:
@@ -488,6 +491,7 @@ class TestThroughTheEngine:
             results = await ev.evaluate_many(None, rows)
         assert [r.error for r in results] == [None] * 3
 
+    @pytest.mark.process
     async def test_program_class_output_reaches_a_process_metric(self, tmp_path: Path) -> None:
         """An output whose class lives in program.py is that example's clear error (or is
         scored), never a worker crash of it and its batch neighbours."""

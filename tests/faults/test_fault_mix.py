@@ -14,6 +14,7 @@ import pytest
 from evaluator._pipeline import Evaluator
 from evaluator._report import Report, ReportBuilder
 from evaluator._results import Result
+from tests._helpers import PROCESS
 
 from .faultmix import (
     CI_PLAN,
@@ -55,6 +56,7 @@ async def _run(
     return clean, results, builder.build()
 
 
+@pytest.mark.slow
 class TestFaultMix:
     async def test_process_executors(self, tmp_path: Path) -> None:
         """300 examples through worker processes with every fault of the suite (raise,
@@ -182,7 +184,7 @@ def score(input, output, expected=None):
 
 
 class TestPrintingUserCode:
-    @pytest.mark.parametrize("execution", ["process", "thread"])
+    @pytest.mark.parametrize("execution", [PROCESS, "thread"])
     def test_json_report_is_the_only_stdout(self, tmp_path: Path, execution: str) -> None:
         """A metric that prints to stdout and stderr does not corrupt ``run --json``:
         stdout is exactly one JSON report (the metric's prints go elsewhere), the run

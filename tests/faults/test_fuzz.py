@@ -393,6 +393,7 @@ class TestProviderFuzz:
     @given(
         replies=st.lists(_replies, min_size=1, max_size=3), retries=st.sampled_from([0, 0, 0, 1, 2])
     )
+    @pytest.mark.slow
     async def test_any_reply_ends_in_completion_or_llm_error(
         self, replies: list[Any], retries: int
     ) -> None:

@@ -21,6 +21,9 @@ from typing import Any
 import psutil
 import pytest
 
+# Real worker processes are what these tests are about (the mark implies slow).
+pytestmark = pytest.mark.process
+
 ROOT = Path(__file__).resolve().parents[2]
 N = 400
 

@@ -8,7 +8,6 @@ import logging
 import os
 import subprocess
 import sys
-import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,15 +18,10 @@ import pytest
 from evaluator._models import Models
 from evaluator._pipeline import Evaluator
 from llm_client import LLMError, ModelClient, ModelConfig, Simulator, SimulatorConfig
+from tests._helpers import PROCESS, write
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-test-SECRET123"
-
-
-def _write(folder: Path, name: str, source: str) -> Path:
-    path = folder / name
-    path.write_text(textwrap.dedent(source))
-    return path
 
 
 # -- measurements -------------------------------------------------------------------------
@@ -88,15 +82,20 @@ def run(artifact, input):
 class TestMeasurements:
     @pytest.mark.parametrize(
         ("execution", "forever"),
-        [("thread", False), ("inline", False), ("process", False), ("process", True)],
+        [
+            ("thread", False),
+            ("inline", False),
+            pytest.param("process", False, marks=pytest.mark.process),
+            pytest.param("process", True, marks=pytest.mark.process),
+        ],
     )
     async def test_patched_clocks_do_not_change_duration(
         self, tmp_path: Path, execution: str, forever: bool
     ) -> None:
         """A program that patches time.perf_counter_ns, perf_counter, monotonic and time
         to report no time still gets its real duration (>= 150 ms, tolerance: < 5 s)."""
-        program = _write(tmp_path, "program.py", CLOCK_CHEAT)
-        metric = _write(
+        program = write(tmp_path, "program.py", CLOCK_CHEAT)
+        metric = write(
             tmp_path, "metric.py", "def score(i, o):\n    return 1.0, {'feedback': ''}\n"
         )
         rows = [{"id": i, "input": {}} for i in range(3)]
@@ -109,15 +108,15 @@ class TestMeasurements:
             assert r.observation.duration_ms is not None
             assert 150 <= r.observation.duration_ms < 5000, r.observation
 
-    @pytest.mark.parametrize("execution", ["thread", "inline", "process"])
+    @pytest.mark.parametrize("execution", ["thread", "inline", PROCESS])
     async def test_metric_cannot_rewrite_the_observation(
         self, tmp_path: Path, execution: str
     ) -> None:
         """A metric that tries every way to mutate what observation() returned (setattr,
         object.__setattr__, msgspec force_setattr) cannot change the recorded
         observation, nor another example's score."""
-        program = _write(tmp_path, "program.py", SLEEP_PROGRAM)
-        metric = _write(tmp_path, "metric.py", TAMPER)
+        program = write(tmp_path, "program.py", SLEEP_PROGRAM)
+        metric = write(tmp_path, "metric.py", TAMPER)
         tamper = [i % 2 == 0 for i in range(8)]
         rows = [{"id": i, "input": {"tamper": t}} for i, t in enumerate(tamper)]
         async with Evaluator(
@@ -140,7 +139,7 @@ class TestMeasurements:
         from evaluator._pipeline import _assembly
 
         saved = msgspec.structs.asdict(_assembly.SCORE_ONLY)
-        metric = _write(tmp_path, "metric.py", TAMPER)
+        metric = write(tmp_path, "metric.py", TAMPER)
         try:
             async with Evaluator(metric, execution=execution, timeout=10) as ev:
                 (first,) = await ev.evaluate_many(
@@ -290,14 +289,14 @@ class TestApiKey:
         assert KEY not in _deep_text(caught.value)
         assert KEY not in "\n".join(r.getMessage() + repr(r.__dict__) for r in caplog.records)
 
-    @pytest.mark.parametrize("execution", ["process", "thread"])
+    @pytest.mark.parametrize("execution", [PROCESS, "thread"])
     async def test_results_of_a_401_never_hold_the_key(
         self, secret_env: str, tmp_path: Path, execution: str
     ) -> None:
         """A judge and a program model answering 401 with the key echoed: the results
         (errors, feedback, observation notes, judge usage) never hold it."""
-        judge = _write(tmp_path, "judge.py", JUDGE)
-        program = _write(tmp_path, "program.py", LLM_PROGRAM)
+        judge = write(tmp_path, "judge.py", JUDGE)
+        program = write(tmp_path, "program.py", LLM_PROGRAM)
         async with Simulator(SimulatorConfig(api_key="sk-the-right-one")) as sim:
             model = ModelConfig(
                 model="m", base_url=sim.base_url, api_key_env="OPENAI_API_KEY", max_retries=0
@@ -321,8 +320,8 @@ class TestApiKey:
         """``skynet-eval run`` with OPENAI_API_KEY set and a provider that answers 401
         echoing the key: the results file, the JSON report, the table report and the
         progress lines on stderr are free of the key."""
-        judge = _write(tmp_path, "judge.py", JUDGE)
-        program = _write(tmp_path, "program.py", LLM_PROGRAM)
+        judge = write(tmp_path, "judge.py", JUDGE)
+        program = write(tmp_path, "program.py", LLM_PROGRAM)
         data = tmp_path / "data.jsonl"
         data.write_text(
             "".join(json.dumps({"id": i, "input": {"q": f"q{i}"}}) + "\n" for i in range(4))
@@ -405,8 +404,8 @@ class TestExpectedStaysInTheMetric:
     async def adapter(self, tmp_path: Path) -> AsyncIterator[Any]:
         from evaluator.gepa import EvaluatorAdapter
 
-        metric = _write(tmp_path, "metric.py", LEAKY)
-        program = _write(tmp_path, "program.py", PROGRAM)
+        metric = write(tmp_path, "metric.py", LEAKY)
+        program = write(tmp_path, "program.py", PROGRAM)
         async with Evaluator(
             metric, program, execution="thread", program_execution="thread", timeout=10
         ) as ev:

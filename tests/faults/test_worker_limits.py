@@ -3,13 +3,17 @@ max_calls_per_worker, in the metric's and the program's workers."""
 
 from __future__ import annotations
 
-import textwrap
 from collections import Counter
 from pathlib import Path
 
 import psutil
+import pytest
 
 from evaluator._pipeline import Evaluator
+from tests._helpers import write
+
+# Real worker processes are what these tests are about (the mark implies slow).
+pytestmark = pytest.mark.process
 
 LIMIT_MB = 512
 
@@ -43,12 +47,6 @@ def score(input, output, expected=None):
 """
 
 
-def _write(folder: Path, name: str, source: str) -> Path:
-    path = folder / name
-    path.write_text(textwrap.dedent(source))
-    return path
-
-
 def _children() -> set[int]:
     return {p.pid for p in psutil.Process().children(recursive=True)}
 
@@ -57,7 +55,7 @@ class TestMemoryLimit:
     async def test_allocation_past_the_limit_is_worker_crash(self, tmp_path: Path) -> None:
         """A call that allocates 4 GB under memory_limit_mb=512 gets worker_crash naming
         the limit and how to fix it; the other examples are ok, scored by fresh workers."""
-        metric = _write(tmp_path, "metric.py", LEAKY_METRIC)
+        metric = write(tmp_path, "metric.py", LEAKY_METRIC)
         big = [i % 5 == 0 for i in range(20)]
         rows = [{"id": i, "input": {"big": b}, "output": 1} for i, b in enumerate(big)]
         async with Evaluator(metric, workers=2, memory_limit_mb=LIMIT_MB, timeout=20) as ev:
@@ -77,7 +75,7 @@ class TestMemoryLimit:
         """A metric that keeps 64 MB per call: its worker hits the 512 MB limit after a
         few calls; that call is worker_crash with the reason, the worker is replaced
         (the leak starts over) and every example still gets exactly one result."""
-        metric = _write(tmp_path, "metric.py", LEAKY_METRIC)
+        metric = write(tmp_path, "metric.py", LEAKY_METRIC)
         rows = [{"id": i, "input": {"leak": True}, "output": 1} for i in range(40)]
         async with Evaluator(metric, workers=2, memory_limit_mb=LIMIT_MB, timeout=20) as ev:
             results = await ev.evaluate_many(None, rows)
@@ -97,8 +95,8 @@ class TestRecycling:
         """With max_calls_per_worker=5, no metric or program worker runs more than 5
         calls; all examples are ok; recycled workers leave no process behind."""
         before = _children()
-        program = _write(tmp_path, "program.py", PID_PROGRAM)
-        metric = _write(tmp_path, "metric.py", PID_METRIC)
+        program = write(tmp_path, "program.py", PID_PROGRAM)
+        metric = write(tmp_path, "metric.py", PID_METRIC)
         rows = [{"id": i, "input": {}} for i in range(60)]
         async with Evaluator(metric, program, workers=2, max_calls_per_worker=5, timeout=20) as ev:
             assert (ev.metric_execution, ev.program_execution) == ("process", "process")

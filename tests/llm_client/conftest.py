@@ -40,14 +40,3 @@ async def sim() -> AsyncIterator[Simulator]:
 def config(sim: Simulator, model: str = "judge-1", **kwargs: Any) -> ModelConfig:
     kwargs.setdefault("api_key_env", None)
     return ModelConfig(model=model, base_url=sim.base_url, **kwargs)
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Yield to the loop until ``predicate()`` holds (a state change, not a timed sleep)."""
-    import asyncio
-
-    async with asyncio.timeout(timeout):
-        for _ in iter(int, 1):
-            if predicate():
-                return
-            await asyncio.sleep(0.001)

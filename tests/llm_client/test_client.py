@@ -21,8 +21,9 @@ from llm_client import (
     Simulator,
 )
 from llm_client._wire import estimate_tokens
+from tests._helpers import until
 
-from .conftest import config, judge, until, user
+from .conftest import config, judge, user
 
 
 class TestComplete:

@@ -10,8 +10,7 @@ import pytest
 
 from llm_client import RateGovernor, Share, current_share, sharing
 from llm_client._fair import FairQueue, validate_weight
-
-from .conftest import until
+from tests._helpers import until
 
 
 class _Item:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import itertools
 import time
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -22,8 +24,9 @@ from llm_client import (
 )
 from llm_client._governor import _Bucket, governor_for
 from llm_client._wire import estimate_tokens
+from tests._helpers import VirtualTimeLoop, until
 
-from .conftest import config, until, user
+from .conftest import config, user
 
 
 def _peak(times: list[float], window: float) -> int:
@@ -254,6 +257,74 @@ class TestRateGovernor:
         governor.release(permit, None)
         assert governor._tokens.level == pytest.approx(0.0)
         assert governor.statistics().tokens_reserved == 0
+
+
+def _on_a_fake_clock(
+    make: Callable[[Callable[[], float]], RateGovernor], sizes: list[int]
+) -> tuple[RateGovernor, list[tuple[float, int]]]:
+    """Callers of ``sizes`` tokens, in that order, through the governor ``make(clock)``
+    builds, on a loop whose clock jumps to its next timer (no real waiting): when each
+    was admitted, and its size (each settles at once, using what it reserved)."""
+
+    async def run() -> tuple[RateGovernor, list[tuple[float, int]]]:
+        loop = asyncio.get_running_loop()
+        governor = make(loop.time)
+        admitted: list[tuple[float, int]] = []
+
+        async def one(tokens: int) -> None:
+            permit = await governor.acquire(tokens)
+            admitted.append((loop.time(), tokens))
+            governor.release(permit, tokens)
+
+        await asyncio.gather(*(one(n) for n in sizes))
+        return governor, admitted
+
+    with asyncio.Runner(loop_factory=VirtualTimeLoop) as runner:
+        return runner.run(run())
+
+
+def _paused(clock: Callable[[], float], pause_s: float) -> RateGovernor:
+    """A governor of 600 RPM (10 a second) whose first request met a 429 at ``clock()``
+    with a pause of ``pause_s``."""
+    governor = RateGovernor(rpm=600.0, clock=clock)
+    governor.note_rate_limited(pause_s)
+    return governor
+
+
+class TestOnAFakeClock:
+    """The governor's pacing on the loop's fake clock (``clock=loop.time``): exact, and in
+    no real time. The HTTP tests above check the same bounds at a real server."""
+
+    def test_request_rate_never_exceeded_in_any_window(self) -> None:
+        """120 callers at 3000 RPM: at most the burst of 2 plus rpm*W/60 in any window W,
+        and the budget used (the last admitted (120 - 2) / 50 s after the first)."""
+        rpm = 3000.0
+        _, admitted = _on_a_fake_clock(lambda clock: RateGovernor(rpm=rpm, clock=clock), [1] * 120)
+        times = [t for t, _ in admitted]
+        for window in (0.1, 0.25, 0.5, 1.0, 2.0):
+            assert _peak(times, window) <= rpm * window / 60 + 2, window
+        assert times[-1] - times[0] == pytest.approx((120 - 2) / 50, rel=0.01)
+
+    def test_token_rate_never_exceeded_in_any_window(self) -> None:
+        """Reservations of mixed sizes at 120,000 TPM: within tpm*W/60 plus the largest
+        one in any window, admitted in arrival order, and the budget used."""
+        tpm = 120_000.0  # 2,000 tokens a second
+        sizes = [50, 410, 130, 810, 50, 310] * 2
+        _, seen = _on_a_fake_clock(lambda clock: RateGovernor(tpm=tpm, clock=clock), sizes)
+        assert [n for _, n in seen] == sizes
+        for window in (0.25, 0.5, 1.0, 2.0):
+            assert _peak_weighted(seen, window) <= tpm * window / 60 + max(sizes), window
+        span = seen[-1][0] - seen[0][0]
+        assert span == pytest.approx((sum(sizes) - sizes[-1]) / 2000, rel=0.01)
+
+    def test_a_429_pauses_every_caller(self) -> None:
+        """After a 429 with a 30 s pause (at time 0), no caller is admitted before the
+        pause ends; the queued callers then go one at a time at the configured pace."""
+        governor, admitted = _on_a_fake_clock(lambda clock: _paused(clock, 30.0), [1] * 4)
+        times = [t for t, _ in admitted]
+        assert min(times) >= 30.0 and governor.statistics().pauses == 1
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        assert all(gap == pytest.approx(0.1, abs=1e-3) for gap in gaps), gaps
 
 
 def _limited(limit: int, remaining: int) -> HTTPResponse:

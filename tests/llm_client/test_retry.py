@@ -147,6 +147,7 @@ class TestRetries:
         assert info.value.status == 429 and info.value.code == "insufficient_quota"
         assert sim.statistics().requests == 1
 
+    @pytest.mark.slow
     async def test_retry_after_honoured(self) -> None:
         """A 429 with retry-after: 1 (seconds) delays the next attempt by a second
         (tolerance 20 ms)."""
@@ -171,6 +172,7 @@ class TestRetries:
             reply = await client.complete(user("x"))
         assert calls == 2 and reply.retries == 1
 
+    @pytest.mark.slow
     async def test_slow_server_times_out_then_recovers(self, make_sim: Any) -> None:
         """A reply slower than the timeout is retried over real HTTP (seeded: the first
         request is slow, later ones are not)."""

@@ -7,7 +7,6 @@ import math
 import subprocess
 import sys
 import textwrap
-import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -283,16 +282,6 @@ class TestOutsideCall:
 
 
 class TestSkynetPackage:
-    def test_all_matches_public_names(self) -> None:
-        """``skynet.__all__`` is sorted and lists exactly its public, non-module names."""
-        public = {
-            name
-            for name, value in vars(skynet).items()
-            if not name.startswith("_") and not isinstance(value, types.ModuleType)
-        }
-        assert skynet.__all__ == sorted(skynet.__all__)
-        assert set(skynet.__all__) == public
-
     def test_import_is_light(self) -> None:
         """Importing skynet pulls in none of dspy, aiohttp or rich (a fresh interpreter)."""
         code = textwrap.dedent(

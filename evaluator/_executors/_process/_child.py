@@ -44,7 +44,7 @@ from ..._context import LLMBridge, Stage
 from ..._loader import UserFunction
 from ..._results import Result, Scored
 from ._cut import Claims
-from ._relay import RelayBridge
+from ._relay import UNATTRIBUTED, RelayBridge
 from ._wire import (
     BATCH,
     BATCH_ROWS,
@@ -56,9 +56,11 @@ from ._wire import (
     KIND_PICKLE,
     KIND_PICKLED_RESULT,
     KIND_RESULT,
+    LLM_REPLY,
     PICKLE_PROTOCOL,
     READY,
     RESULT_HEADER,
+    SDK_REPLY,
     START,
     STATE_SLOTS,
     STOP,
@@ -68,7 +70,7 @@ from ._wire import (
     control,
 )
 
-__all__ = ["die_with_parent", "ignore_stop_signals", "main", "prepare_imports", "serve_forked"]
+__all__ = ["default_stop_signals", "die_with_parent", "main", "prepare_imports", "serve_forked"]
 
 #: How much one ``recv`` of the worker asks for.
 _RECV_SIZE = 1 << 16
@@ -80,15 +82,63 @@ class _MemoryLimitExceeded(BaseException):
 
 
 class _Channel:
-    """The worker's end of its socket: blocking framed messages."""
+    """The worker's end of its socket: blocking framed messages, safe from any thread.
+
+    The worker's loop reads the next batch or stop (:meth:`recv`); a call's model requests
+    wait for their replies (:meth:`reply`), from the call's thread or from threads the
+    user's code started (``concurrent.futures`` in ``run``). Whoever reads the socket
+    files what it got: a reply for its waiter, anything else for the loop.
+    """
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.backlog: deque[Any] = deque()  # messages that arrived during an llm wait
+        self.backlog: deque[Any] = deque()  # messages for the loop, read by a waiter
         self._buf = bytearray()  # bytes received beyond the last whole message
+        self._sending = threading.Lock()
+        self._turn = threading.Condition()
+        self._reading = False
+        self._replies: dict[int, Any] = {}  # request -> its reply, read by someone else
 
     def send(self, body: bytes, kind: int = KIND_PICKLE) -> None:
-        self.sock.sendall(HEADER.pack(len(body), kind) + body)
+        data = HEADER.pack(len(body), kind) + body
+        with self._sending:
+            self.sock.sendall(data)
+
+    def recv(self) -> Any:
+        """The next message for the worker's loop; exits the process when the engine is
+        gone."""
+        return self._next(None)
+
+    def reply(self, request: int) -> Any:
+        """The reply to relayed request ``request``, when it comes."""
+        return self._next(request)
+
+    def _next(self, request: int | None) -> Any:
+        turn = self._turn
+        while True:
+            with turn:
+                while True:
+                    if request is None:
+                        if self.backlog:
+                            return self.backlog.popleft()
+                    elif request in self._replies:
+                        return self._replies.pop(request)
+                    if not self._reading:
+                        self._reading = True
+                        break
+                    turn.wait()
+            message: Any = None
+            try:
+                message = self._read()
+            finally:
+                with turn:
+                    self._reading = False
+                    if message is not None:
+                        if type(message) is tuple and message[0] in _REPLIES:
+                            self._replies[message[1]] = message
+                        else:
+                            self.backlog.append(message)
+                    turn.notify_all()
 
     def _read_exact(self, view: memoryview) -> bool:
         got = 0
@@ -99,15 +149,13 @@ class _Channel:
             got += n
         return True
 
-    def recv(self) -> Any:
-        """The next message from the engine; exits the process when the engine is gone.
+    def _read(self) -> Any:
+        """One message off the socket.
 
         One ``recv`` usually brings a whole small message, header and body (a round trip
         of an optimizer's minibatch is mostly system calls); a large body is read
         straight into a buffer of its size.
         """
-        if self.backlog:
-            return self.backlog.popleft()
         body = self._body()
         try:
             return pickle.loads(body)
@@ -139,6 +187,10 @@ class _Channel:
         if not self._read_exact(memoryview(body_buf)[have:]):
             _exit_quietly(0)
         return body_buf
+
+
+#: The tags of the engine's replies to relayed requests.
+_REPLIES = frozenset({LLM_REPLY, SDK_REPLY})
 
 
 #: A message that could not be unpickled, as the channel hands it on.
@@ -280,7 +332,7 @@ def _load(init: WorkerInit, channel: _Channel, preloaded: UserFunction | None) -
         ):
             fn = preloaded
         else:
-            fn = load_function(init.path, init.name)
+            fn = load_function(init.path, init.name, guard_engine=False)
     except BaseException as exc:
         if isinstance(exc, MemoryError) and limit_mb is not None:
             message = (
@@ -341,6 +393,10 @@ class _Worker:
     def serve(self, fn: UserFunction) -> NoReturn:
         invoker = SyncInvoker(fn, self.stage)
         invoker.enter()  # this process's one context, updated in place per call
+        if self.has_llm:
+            from ..._sdk._worker import own
+
+            own(invoker.context)  # and every thread's: the process runs one call at a time
         # A row holds a call's fields (see ``_wire.call_row``): run without building one.
         if self.stage == "score":
             score = invoker.score
@@ -419,25 +475,41 @@ class _Worker:
                 send(seq, flushed, outcome.ended_ns - last, False, outs[flushed:])
                 flushed = index + 1
                 last = outcome.ended_ns
+        if bridge is not None:
+            # Between calls, a request from a thread the user's code left running is
+            # nobody's: the engine serves it and marks the stage's examples unmeasured.
+            bridge.token = UNATTRIBUTED
         send(seq, flushed, clock() - last, True, outs[flushed:])
 
 
-def ignore_stop_signals() -> None:
-    """The terminal's Ctrl-C, and a SIGTERM sent to the whole process group (systemd,
-    ``kill -- -PGID``), reach the workers too; the engine handles them and stops the
-    workers, so a worker must not die mid-call with a KeyboardInterrupt, nor of the
-    SIGTERM before the engine has stopped (its call would be recorded as a crash). A
-    worker still dies with the engine, whatever kills it (``die_with_parent``)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if hasattr(signal, "pthread_sigmask"):
-        # The engine starts workers with both blocked (so that one during the imports
-        # above cannot print a traceback or end it); ignored now, they may be unblocked.
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+def default_stop_signals() -> None:
+    """SIGINT and SIGTERM as a fresh interpreter has them, for the user's code and every
+    process it starts (a ``multiprocessing.Pool``'s ``terminate()`` is a SIGTERM).
+
+    The engine starts a worker with both blocked, in a process group of its own: the
+    terminal's Ctrl-C and a SIGTERM to the engine's group (systemd, ``kill -- -PGID``)
+    never reach it, so a worker does not die mid-call before the engine stops it, and no
+    disposition of the engine's is inherited. One sent while the worker was still being
+    started, before it left the engine's group, is pending: dropped here (a signal that
+    is ignored is discarded), then the defaults go back and the mask is lifted. A worker
+    still dies with the engine, whatever kills it (``die_with_parent``)."""
+    stops = (signal.SIGINT, signal.SIGTERM)
+    if not hasattr(signal, "pthread_sigmask"):
+        return
+    for sig in stops:
+        signal.signal(sig, signal.SIG_IGN)  # discards one pending
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, set(stops))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def prepare_imports(init: WorkerInit) -> None:
-    """The engine's ``sys.path``, and its user modules importable by name."""
+    """The engine's ``sys.path``, and its user modules importable by name; the engine's
+    and the standard library's names resolve only to theirs (``EngineNames``), whatever
+    the user's folders put on the path."""
+    from ..._loader import protect_engine_imports
+
+    protect_engine_imports()
     for entry in reversed(init.sys_path):
         if entry not in sys.path:
             sys.path.insert(0, entry)
@@ -446,10 +518,31 @@ def prepare_imports(init: WorkerInit) -> None:
 
 
 def main() -> None:
-    """Entry point: ``python -c ... <root> <socket fd> <state fd> <engine pid>``."""
+    """Entry point: ``python -c ... <root> <socket fd> <state fd> <engine pid> [<stderr
+    fd>]``: with a stderr fd, fd 2 is the engine's pipe until the worker is ready (see
+    ``_pool.BootStderr``), and that fd the engine's own stderr, put in its place then."""
     sock_fd, state_fd, parent_pid = (int(a) for a in sys.argv[2:5])
-    ignore_stop_signals()
+    global _real_stderr
+    _real_stderr = int(sys.argv[5]) if len(sys.argv) > 5 else None
+    default_stop_signals()
     _serve(sock_fd, state_fd, parent_pid, None)
+
+
+#: The engine's stderr, given to a spawned worker beside the pipe its start-up writes to.
+_real_stderr: int | None = None
+
+
+def _stderr_to_engine() -> None:
+    """Ready: from now on write straight to the engine's stderr (the pipe ends here)."""
+    global _real_stderr
+    if _real_stderr is None:
+        return
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    with contextlib.suppress(OSError):
+        os.dup2(_real_stderr, 2)
+        os.close(_real_stderr)
+    _real_stderr = None
 
 
 def serve_forked(
@@ -481,5 +574,6 @@ def _serve(sock_fd: int, state_fd: int, parent_pid: int, preloaded: UserFunction
         from ..._sdk._worker import boot
 
         boot()
+    _stderr_to_engine()
     channel.send(control(READY, os.getpid()))
     _Worker(channel, memoryview(state_map).cast("q"), init).serve(fn)

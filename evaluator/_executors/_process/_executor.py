@@ -45,7 +45,7 @@ import pickle
 from collections.abc import Sequence
 from functools import partial
 from time import perf_counter_ns
-from typing import Any, ClassVar, Literal, Self
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -53,13 +53,19 @@ from ... import _failures as failures
 from ..._aio import shielded
 from ..._calls import Call, LLMHandler, Outcome
 from ..._context import Stage
+from ..._kinds import ExecutionKind
 from ..._loader import UserFunction
 from ..._options import validate_count
-from .._base import ExecutionKind, ExecutorStatistics, Progress, check_executor, check_workers
+from .._base import (
+    ExecutorBase,
+    ExecutorStatistics,
+    Progress,
+    check_workers,
+)
 from ._cut import cut
 from ._pool import Pool, Worker, WorkerExit
 from ._queue import Batch, Job, Segment, WorkQueue
-from ._relay import Replies, ask, ask_forward, note_bypass
+from ._relay import UNATTRIBUTED, Replies, ask, ask_forward, note_bypass
 from ._wire import (
     BATCH,
     BATCH_ROWS,
@@ -137,7 +143,7 @@ class ProcessExecutorStatistics(ExecutorStatistics, frozen=True, kw_only=True):
         return self.calls
 
 
-class ProcessExecutor:
+class ProcessExecutor(ExecutorBase):
     """Run a sync user function in worker processes; see the module docstring.
 
     ``submit`` returns one :class:`Outcome` per call, in order, whatever the function
@@ -149,6 +155,12 @@ class ProcessExecutor:
     """
 
     kind: ClassVar[ExecutionKind] = "process"
+    OPTIONS: ClassVar[tuple[str, ...]] = (
+        "workers",
+        "llm_handler",
+        "max_calls_per_worker",
+        "memory_limit_mb",
+    )
 
     def __init__(
         self,
@@ -162,14 +174,11 @@ class ProcessExecutor:
         memory_limit_mb: int | None = None,
         fork_server: bool = True,
     ) -> None:
-        self._timeout = check_executor(fn, stage, "process", timeout)
-        self._fn = fn
-        self.stage: Stage = stage
+        super().__init__(fn, stage, timeout)
         self._n_workers = check_workers(workers, "process") or os.cpu_count() or 1
         self._llm_handler = llm_handler
         self._max_calls = validate_count(max_calls_per_worker, "max_calls_per_worker")
         self._memory_limit_mb = validate_count(memory_limit_mb, "memory_limit_mb")
-        self._phase: Literal["new", "open", "closed"] = "new"
         self._decoder = msgspec.msgpack.Decoder(ResultMsg)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queue = WorkQueue()
@@ -177,7 +186,7 @@ class ProcessExecutor:
             fn,
             stage,
             size=self._n_workers,
-            timeout_ns=int(self._timeout * 1e9),
+            timeout_ns=int(self.timeout * 1e9),
             has_llm=llm_handler is not None,
             memory_limit_mb=self._memory_limit_mb,
             events=self,
@@ -195,10 +204,6 @@ class ProcessExecutor:
         return self._n_workers
 
     @property
-    def backlog_s(self) -> float:
-        return 0.0
-
-    @property
     def idle(self) -> bool:
         """A usable worker holds no batch and no call is queued (a stand-in that has just
         started, say, or a worker beside one held up by a hang)."""
@@ -206,24 +211,11 @@ class ProcessExecutor:
 
     # -- lifetime ---------------------------------------------------------------------
 
-    async def __aenter__(self) -> Self:
-        if self._phase != "new":
-            raise RuntimeError(
-                "a ProcessExecutor can be entered only once; create a new one for a new run"
-            )
+    async def _open(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._phase = "open"
-        try:
-            self._pool.start(self._loop)
-        except BaseException:
-            await self.__aexit__(None, None, None)
-            raise
-        return self
+        self._pool.start(self._loop)
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._phase == "closed":
-            return
-        self._phase = "closed"
+    async def _close(self) -> None:
         # Everything that must happen happens before the first await: no process may
         # outlive the executor, whatever cancels the caller while it is reaped.
         workers = self._pool.stop()
@@ -234,10 +226,8 @@ class ProcessExecutor:
         """Workers alive, restarts, crashes, timeouts, batches and calls so far."""
         queue, pool = self._queue, self._pool
         cost = queue.cost_ns
-        return ProcessExecutorStatistics(
-            kind="process",
-            stage=self.stage,
-            parallelism=self._n_workers,
+        return self._snapshot(
+            ProcessExecutorStatistics,
             calls=queue.calls_done,
             timeouts=self._timeouts,
             busy=pool.busy(),
@@ -267,12 +257,7 @@ class ProcessExecutor:
     ) -> list[Outcome]:
         """Run ``calls``; one outcome per call, in order. Cancel-safe. ``progress`` is
         told of the outcomes of each batch as it comes back."""
-        if self._phase != "open":
-            raise RuntimeError(
-                "the ProcessExecutor is closed"
-                if self._phase == "closed"
-                else "enter the ProcessExecutor with `async with` before submitting"
-            )
+        self._check_open()
         if not calls:
             return []
         assert self._loop is not None
@@ -315,7 +300,7 @@ class ProcessExecutor:
 
     def _dispatch(self) -> None:
         """Send batches to workers that can take one, while calls are pending."""
-        if self._phase != "open":
+        if self._state != "open":
             return
         if self._pool.broken is not None:
             self._queue.fail_all(self._pool.broken)
@@ -359,10 +344,10 @@ class ProcessExecutor:
             try:
                 pickle.dumps(call, PICKLE_PROTOCOL)
             except Exception as exc:
-                return failures.unsendable_arguments(self._fn, self.stage, exc)
+                return failures.unsendable_arguments(self.fn, self.stage, exc)
             return None
 
-        batch_error = failures.unsendable_arguments(self._fn, self.stage, error)
+        batch_error = failures.unsendable_arguments(self.fn, self.stage, error)
         self._queue.reject(segments, why, batch_error)
 
     # -- what the pool reports (PoolEvents) -------------------------------------------
@@ -379,7 +364,7 @@ class ProcessExecutor:
             outcomes = pickle.loads(memoryview(body)[RESULT_HEADER.size :])
         except Exception as exc:
             # e.g. a class the worker's code defines but the engine cannot import.
-            error = failures.unreadable_value(self._fn, self.stage, exc)
+            error = failures.unreadable_value(self.fn, self.stage, exc)
             now = clock()
             outcomes = [Outcome(None, error, now, now)] * count
         self._results(w, seq, start, work_ns, final, outcomes)
@@ -429,8 +414,13 @@ class ProcessExecutor:
         tag, request, token = message[0], message[1], message[2]
         reply_tag = LLM_REPLY if tag == LLM else SDK_REPLY
         key = (tag, *message[3:])
-        order = w.next_request(token)
-        kept = self._replies.lookup(token, order, key)
+        # A request no call owns (a user thread's, between calls) is never replayed, and
+        # takes no place among a call's requests.
+        if token == UNATTRIBUTED:
+            order, kept = 0, None
+        else:
+            order = w.next_request(token)
+            kept = self._replies.lookup(token, order, key)
         if kept is not None:
             w.send(control(reply_tag, request, *kept))
             return
@@ -451,7 +441,8 @@ class ProcessExecutor:
             ok, payload = await ask_forward(self._llm_handler, *call)
         if w.closed:
             return  # its call was running when the worker died: it has its outcome
-        self._replies.keep(call[0], order, key, (ok, payload))
+        if call[0] != UNATTRIBUTED:
+            self._replies.keep(call[0], order, key, (ok, payload))
         w.send(control(reply_tag, request, ok, payload))
 
     def on_exit(self, w: Worker, exit: WorkerExit, clock: Any = perf_counter_ns) -> None:
@@ -462,8 +453,12 @@ class ProcessExecutor:
         (receiving or returning one), its first batch counts one more attempt, unless it
         was the planned exit after a ``MemoryError`` already reported.
         """
-        stage, timeout, fn = self.stage, self._timeout, self._fn
-        penalise = exit.kill is None and exit.returncode != EXIT_MEMORY
+        stage, timeout, fn = self.stage, self.timeout, self.fn
+        # A death that broke the pool (workers keep dying while starting) is not the
+        # batch's: its calls fail with the pool's cause, which quotes the worker's stderr.
+        penalise = (
+            exit.kill is None and exit.returncode != EXIT_MEMORY and self._pool.broken is None
+        )
         if exit.kill is not None:
             seq, index, started = exit.kill
 

@@ -34,13 +34,21 @@ from typing import Any
 from ._wire import PICKLE_PROTOCOL, WorkerInit
 from ._zygote import EXITED, FORK, FORKED, KILL, MAX_MESSAGE, READY, UNSAFE
 
-__all__ = ["ForkServer", "ForkedProcess", "fork_supported"]
+__all__ = ["ForkServer", "ForkedProcess", "fork_supported", "python_argv"]
 
 _ROOT = str(Path(__file__).resolve().parents[3])
 _BOOT = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
     "from evaluator._executors._process._zygote import main; main()"
 )
+
+
+def python_argv(boot: str) -> list[str]:
+    """The interpreter's command line for a worker (or the fork server) running ``boot``:
+    ``-P``, so that neither the working directory nor a script's folder comes first on
+    its ``sys.path`` (a ``types.py`` there would replace the standard module before the
+    engine's first line runs). The engine's own folder is added by ``boot``."""
+    return [sys.executable, "-P", "-c", boot]
 
 
 def fork_supported() -> bool:
@@ -73,9 +81,14 @@ class ForkedProcess:
         return self.returncode
 
     def kill(self) -> None:
-        """SIGKILL it (through its pidfd, and through the server)."""
+        """SIGKILL it and its process group (through its pidfd, and through the server)."""
         if self.returncode is not None:
             return
+        if self.pid is not None:
+            # Its group: what the user's code started dies with it. Not reaped yet (the
+            # server has not said it exited), so the pid is still its group's.
+            with contextlib.suppress(OSError):
+                os.killpg(self.pid, signal.SIGKILL)
         if self.pidfd is not None:
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
@@ -134,11 +147,15 @@ class ForkServer:
         self._loop = loop
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            argv = [sys.executable, "-c", _BOOT, _ROOT, str(child.fileno()), str(os.getpid())]
+            argv = [*python_argv(_BOOT), _ROOT, str(child.fileno()), str(os.getpid())]
             argv.append("1" if self.preload else "0")
             with signals_blocked():
                 self.proc = subprocess.Popen(
-                    argv, pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, close_fds=True
+                    argv,
+                    pass_fds=(child.fileno(),),
+                    stdin=subprocess.DEVNULL,
+                    close_fds=True,
+                    process_group=0,
                 )
         except BaseException:
             parent.close()

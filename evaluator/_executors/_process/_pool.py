@@ -50,6 +50,7 @@ import contextlib
 import mmap
 import os
 import pickle
+import select
 import signal
 import socket
 import subprocess
@@ -68,7 +69,7 @@ from ..._loader import USER_MODULE_PREFIX, UserFunction
 from ..._results import ErrorInfo
 from ._channel import Channel
 from ._cut import init_lock
-from ._forkserver import ForkedProcess, ForkServer, fork_supported
+from ._forkserver import ForkedProcess, ForkServer, fork_supported, python_argv
 from ._queue import Batch
 from ._wire import (
     EXIT_FATAL,
@@ -130,6 +131,7 @@ class Worker:
     __slots__ = (
         "assigned",
         "batches",
+        "boot_stderr",
         "channel",
         "closed",
         "dropped",
@@ -179,6 +181,7 @@ class Worker:
         # runs one call at a time, so a request's place in its call is counted here.
         self.relay_token: int | None = None
         self.relay_order = 0
+        self.boot_stderr: BootStderr | None = None
 
     def next_request(self, token: int) -> int:
         """The place (0, 1, ...) of a model request of call ``token`` in that call."""
@@ -196,6 +199,71 @@ class Worker:
     def send(self, body: bytes, kind: int = KIND_PICKLE) -> None:
         assert self.channel is not None
         self.channel.send(body, kind)
+
+
+class BootStderr:
+    """A spawned worker's stderr while it starts: a pipe, forwarded to the engine's own
+    stderr as it comes, its last bytes kept, so that a worker that dies before it is
+    ready (a file whose import kills the process, a module that cannot load) is reported
+    with its own last words. The worker writes straight to the engine's stderr once it is
+    ready (``_child._stderr_to_engine``); the pipe then ends."""
+
+    TAIL_BYTES = 4096
+    TAIL_LINES = 6
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
+        self._loop = loop
+        self.fd: int | None = fd
+        self.tail = bytearray()
+        os.set_blocking(fd, False)
+        loop.add_reader(fd, self.read)
+
+    def read(self) -> None:
+        """Forward and keep what the pipe holds now; close it at its end."""
+        while self.fd is not None:
+            try:
+                data = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self.close()
+                return
+            with contextlib.suppress(OSError):
+                _write_all(2, data)
+            self.tail += data
+            del self.tail[: -self.TAIL_BYTES]
+
+    def last_lines(self) -> list[str]:
+        """Its last non-empty lines (what a traceback or a fatal message ends with)."""
+        text = self.tail.decode(errors="replace")
+        return [line for line in text.splitlines() if line.strip()][-self.TAIL_LINES :]
+
+    def close(self) -> None:
+        if self.fd is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            self._loop.remove_reader(self.fd)
+        os.close(self.fd)
+        self.fd = None
+
+
+def _stderr_pipe() -> tuple[int, int, int] | None:
+    """A pipe for a starting worker's stderr, and a copy of the engine's stderr to hand
+    it; None when the engine has no stderr (the worker then inherits what there is)."""
+    try:
+        real = os.dup(2)
+    except OSError:
+        return None
+    read_end, write_end = os.pipe()
+    return read_end, write_end, real
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 class WorkerExit(NamedTuple):
@@ -275,9 +343,11 @@ def _stop_signals_blocked() -> Iterator[None]:
     """Block SIGINT and SIGTERM in this thread while a worker is started: the child
     inherits the mask across exec, so the terminal's Ctrl-C (sent to the whole process
     group), or a SIGTERM to the group, cannot interrupt its start-up with a traceback or
-    end it before it ignores them (a spare or a replacement is often starting when the
-    user presses Ctrl-C). A signal that arrives meanwhile is delivered to the engine
-    when the mask is restored, microseconds later.
+    end it before it has left the engine's process group (a spare or a replacement is
+    often starting when the user presses Ctrl-C); the worker drops what is pending and
+    lifts the mask (``_child.default_stop_signals``), so the user's code never inherits
+    it. A signal that arrives meanwhile is delivered to the engine when the mask is
+    restored, microseconds later.
     """
     if not hasattr(signal, "pthread_sigmask"):
         yield
@@ -287,6 +357,21 @@ def _stop_signals_blocked() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _kill(proc: subprocess.Popen[bytes] | ForkedProcess) -> None:
+    """SIGKILL a worker and its process group (every process the user's code started in
+    it), if it is not reaped yet (until then its pid is its group's, never another's)."""
+    if isinstance(proc, ForkedProcess):
+        proc.kill()
+        return
+    if proc.returncode is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        with contextlib.suppress(OSError):
+            proc.kill()
 
 
 def describe_exit(returncode: int, memory_limit_mb: int | None) -> str:
@@ -373,8 +458,7 @@ class Pool:
             self.spare = None
         for w in workers:
             self._unwatch(w)
-            with contextlib.suppress(OSError):
-                w.proc.kill()
+            _kill(w.proc)
         if self.fork_server is not None:
             self.fork_server.stop()  # its workers, killed above, die with it in any case
         for task in self.tasks:
@@ -420,7 +504,7 @@ class Pool:
         try:
             state_map = mmap.mmap(state_fd, STATE_SLOTS * 8)
             init_lock(state_map)  # before the worker maps it: the claim/cut lock
-            proc, pidfd = self._start_process(child_sock.fileno(), state_fd)
+            proc, pidfd, stderr_fd = self._start_process(child_sock.fileno(), state_fd)
         except BaseException:
             parent_sock.close()
             raise
@@ -428,6 +512,8 @@ class Pool:
             child_sock.close()
             os.close(state_fd)
         w = Worker(proc, state_map, pidfd)
+        if stderr_fd is not None:
+            w.boot_stderr = BootStderr(loop, stderr_fd)
         if isinstance(proc, ForkedProcess):
             proc.on_exit = partial(self._on_exited, w)  # its exit is the server's news
         w.channel = Channel(
@@ -461,27 +547,48 @@ class Pool:
 
     def _start_process(
         self, sock_fd: int, state_fd: int
-    ) -> tuple[subprocess.Popen[bytes] | ForkedProcess, int | None]:
+    ) -> tuple[subprocess.Popen[bytes] | ForkedProcess, int | None, int | None]:
         """A worker process on these fds: forked by the fork server when it is ready,
-        else a fresh interpreter (and its pidfd, where there are pidfds)."""
+        else a fresh interpreter (and its pidfd, where there are pidfds, and the pipe its
+        start-up writes its stderr to: ``BootStderr``)."""
         server = self.fork_server
         if server is not None and server.ready:
             with contextlib.suppress(OSError):  # the server just ended: spawn instead
                 proc = server.fork(sock_fd, state_fd)
                 self.workers_forked += 1
-                return proc, None
-        argv = [sys.executable, "-c", _BOOT, _ROOT, str(sock_fd), str(state_fd)]
-        argv.append(str(os.getpid()))
-        # Started from the loop's thread: PR_SET_PDEATHSIG follows the thread that
-        # started the child, and the loop's thread outlives the executor.
-        with _stop_signals_blocked():
-            popen = subprocess.Popen(
-                argv, pass_fds=(sock_fd, state_fd), stdin=subprocess.DEVNULL, close_fds=True
-            )
+                return proc, None, None
+        argv = [*python_argv(_BOOT), _ROOT, str(sock_fd), str(state_fd), str(os.getpid())]
+        pipe = _stderr_pipe()  # (read end, write end, the engine's stderr), or None
+        pass_fds: tuple[int, ...] = (sock_fd, state_fd)
+        if pipe is not None:
+            argv.append(str(pipe[2]))
+            pass_fds += (pipe[2],)
+        try:
+            # Started from the loop's thread: PR_SET_PDEATHSIG follows the thread that
+            # started the child, and the loop's thread outlives the executor.
+            # A process group of its own: out of reach of the terminal's Ctrl-C (see
+            # _child.default_stop_signals), and killed whole with what it started.
+            with _stop_signals_blocked():
+                popen = subprocess.Popen(
+                    argv,
+                    pass_fds=pass_fds,
+                    stdin=subprocess.DEVNULL,
+                    stderr=None if pipe is None else pipe[1],
+                    close_fds=True,
+                    process_group=0,
+                )
+        except BaseException:
+            if pipe is not None:
+                os.close(pipe[0])
+            raise
+        finally:
+            if pipe is not None:
+                os.close(pipe[1])
+                os.close(pipe[2])
         pidfd: int | None = None
         with contextlib.suppress(AttributeError, OSError):
             pidfd = os.pidfd_open(popen.pid)
-        return popen, pidfd
+        return popen, pidfd, None if pipe is None else pipe[0]
 
     def _start_fork_server(self, *, preload: bool = True) -> None:
         """Start the fork server (once every worker is ready, as the spare is)."""
@@ -632,11 +739,14 @@ class Pool:
         """A worker process ended: tell the executor what it held, then replace it."""
         if w.closed:
             return
+        if w.pidfd is not None and select.select([w.pidfd], [], [], 0)[0]:
+            _kill(w.proc)  # ended, not reaped: what it left running in its group goes too
         returncode = w.proc.poll()
         if returncode is None:
             return  # not yet reaped; the pidfd or the poller will call again
         assert w.channel is not None
         w.channel.drain()  # results it sent before it died still count
+        last_words = self._last_words(w)
         if w.closed:
             return
         state = w.state
@@ -647,7 +757,7 @@ class Pool:
         if not self.running:
             return
         if w.spare:
-            self._spare_exited(w, returncode, was_ready)
+            self._spare_exited(w, returncode, was_ready, last_words)
             return
         if w.retiring and returncode == 0 and not batches:
             self.events.on_capacity()
@@ -655,21 +765,32 @@ class Pool:
         cause = describe_exit(returncode, self.memory_limit_mb)
         if kill is None:
             self.crashes += 1
-            self._died_starting(returncode, was_ready)
+            self._died_starting(returncode, was_ready, last_words)
         self.events.on_exit(w, WorkerExit(returncode, cause, running, kill, batches))
         self.replace(w, restart=True)  # no-op if done at the kill or the retiring
         self.events.on_capacity()
 
-    def _spare_exited(self, w: Worker, returncode: int, was_ready: bool) -> None:
+    def _spare_exited(
+        self, w: Worker, returncode: int, was_ready: bool, last_words: list[str]
+    ) -> None:
         """The idle spare died (it held no calls): count it, and perhaps start another."""
         if self.spare is w:
             self.spare = None
         self.spare_deaths += 1
-        self._died_starting(returncode, was_ready)
+        self._died_starting(returncode, was_ready, last_words)
         self.ensure_spare()
         self.events.on_capacity()  # fails the waiting calls if the pool is now broken
 
-    def _died_starting(self, returncode: int, was_ready: bool) -> None:
+    @staticmethod
+    def _last_words(w: Worker) -> list[str]:
+        """What an ended worker last wrote to stderr while it was starting (if anything)."""
+        boot = w.boot_stderr
+        if boot is None:
+            return []
+        boot.read()  # what it wrote before it died, not read yet
+        return boot.last_lines()
+
+    def _died_starting(self, returncode: int, was_ready: bool, last_words: list[str]) -> None:
         """Count a worker that died before it was ready; break the pool at the limit.
 
         A worker that reported why it could not load (``EXIT_FATAL``) has broken the pool
@@ -680,7 +801,7 @@ class Pool:
         self.startup_failures += 1
         if self.startup_failures >= MAX_STARTUP_FAILURES:
             cause = describe_exit(returncode, self.memory_limit_mb)
-            self.broken = failures.workers_fail_to_start(cause, self.startup_failures)
+            self.broken = failures.workers_fail_to_start(cause, self.startup_failures, last_words)
 
     def _unwatch(self, w: Worker) -> None:
         if w.closed:
@@ -702,6 +823,8 @@ class Pool:
             task.cancel()
         if w.channel is not None:
             w.channel.close()
+        if w.boot_stderr is not None:
+            w.boot_stderr.close()
         if w.pidfd is not None:
             os.close(w.pidfd)
         w.state.release()
@@ -822,8 +945,7 @@ class Pool:
         """Kill ``w`` for its running call ``(seq, index, started)``; a fresh worker
         takes its place."""
         w.kill = running
-        with contextlib.suppress(OSError):
-            w.proc.kill()
+        _kill(w.proc)
         # The replacement starts now, in parallel with the reaping; the killed worker's
         # calls are sorted out when its exit is seen.
         self.replace(w, restart=True)

@@ -143,9 +143,16 @@ class Batch:
 class WorkQueue:
     """Pending calls of every job, batches, and the cost estimate that sizes them."""
 
-    def __init__(self, target_ns: int = TARGET_BATCH_NS) -> None:
+    def __init__(
+        self,
+        target_ns: int = TARGET_BATCH_NS,
+        gave_up: Callable[[int], ErrorInfo] = failures.died_outside_call,
+    ) -> None:
         #: The work one batch should carry per worker (the Ray executor's carry more).
         self.target_ns = target_ns
+        #: The error of a call given up after that many attempts (the Ray executor's
+        #: names its lost actors).
+        self.gave_up = gave_up
         self.pending: deque[Segment] = deque()
         self.pending_count = 0
         self.jobs: set[Job] = set()
@@ -280,7 +287,8 @@ class WorkQueue:
     def requeue(
         self, segments: list[Segment], *, count: bool = True, clock: Any = perf_counter_ns
     ) -> None:
-        """Put segments back at the front of the queue, failing those tried too often."""
+        """Put segments back at the front of the queue, failing those tried too often
+        (``MAX_ATTEMPTS``) with :attr:`gave_up`."""
         kept: list[Segment] = []
         now = clock()
         for seg in segments:
@@ -288,7 +296,7 @@ class WorkQueue:
             if job.cancelled:
                 continue
             if attempts >= MAX_ATTEMPTS:
-                error = Outcome(None, failures.died_outside_call(attempts), now, now)
+                error = Outcome(None, self.gave_up(attempts), now, now)
                 job.fill(lo, [error] * (hi - lo))
                 continue
             kept.append(seg)

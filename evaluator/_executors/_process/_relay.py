@@ -4,7 +4,10 @@ A worker has no model client of its own: every worker shares the engine's one ra
 budget, and usage is attributed to the calling example by its token. In the worker,
 :class:`RelayBridge` sends ``(LLM, request, token, stage, instruction, input, options)``
 and blocks its call until the matching ``LLM_REPLY`` comes (other messages that arrive
-meanwhile, a prefetched batch or a stop, wait in the channel's backlog). In the engine,
+meanwhile, a prefetched batch or a stop, wait in the channel's backlog; another
+thread's reply, for that thread). Threads the user's code starts in a worker use the
+same bridge (``evaluator._sdk._owner``): the worker runs one call at a time, so their
+requests carry that call's token, or :data:`UNATTRIBUTED` between calls. In the engine,
 :func:`answer` awaits the executor's ``llm_handler`` and builds the reply.
 
 A failed model call crosses back as the exception itself, pickled: ``LLMError`` and the
@@ -33,15 +36,16 @@ from __future__ import annotations
 import contextlib
 import itertools
 import pickle
-from collections import deque
 from typing import Any, Protocol
 
 from ..._calls import LLMHandler
 from ..._context import Stage
+from ..._sdk._owner import UNATTRIBUTED
 from ..._sdk._request import SDKRequest
-from ._wire import LLM, LLM_REPLY, PICKLE_PROTOCOL, SDK, SDK_NOTE, SDK_REPLY, control
+from ._wire import LLM, LLM_REPLY, PICKLE_PROTOCOL, SDK, SDK_NOTE, control
 
 __all__ = [
+    "UNATTRIBUTED",
     "Link",
     "RelayBridge",
     "Replies",
@@ -167,13 +171,11 @@ def rebuild_error(payload: tuple[bytes | None, str]) -> BaseException:
 
 
 class Link(Protocol):
-    """The worker's end of its socket, as the relay needs it."""
-
-    backlog: deque[Any]
+    """The worker's end of its socket, as the relay needs it (safe from any thread)."""
 
     def send(self, body: bytes) -> None: ...
 
-    def recv(self) -> Any: ...
+    def reply(self, request: int) -> Any: ...
 
 
 _requests = itertools.count(1)
@@ -182,7 +184,10 @@ _requests = itertools.count(1)
 class RelayBridge:
     """``skynet.llm`` inside a worker (an :class:`evaluator._context.LLMBridge`).
 
-    ``token`` is the call's; a worker may keep one bridge and set it call after call.
+    ``token`` is the call's; a worker keeps one bridge and sets it call after call, and
+    to :data:`UNATTRIBUTED` between batches. Any thread of the worker may use it at once
+    (the user's own threads, through the SDK hook): each request waits for its own
+    reply (``Link.reply``).
     """
 
     __slots__ = ("_link", "_stage", "token")
@@ -192,27 +197,18 @@ class RelayBridge:
         self.token = token
         self._stage: Stage = stage
 
-    def _round_trip(self, reply_tag: str, tag: str, *fields: Any) -> Any:
+    def _round_trip(self, tag: str, *fields: Any) -> Any:
         """Send ``(tag, request, token, stage, *fields)``; block until its reply."""
         link = self._link
         request = next(_requests)
         link.send(control(tag, request, self.token, self._stage, *fields))
-        held: list[Any] = []
-        try:
-            while True:
-                message = link.recv()
-                if message[0] == reply_tag and message[1] == request:
-                    break
-                held.append(message)  # a prefetched batch or a stop: keep it for later
-        finally:
-            link.backlog.extend(held)
-        _, _, ok, payload = message
+        _, _, ok, payload = link.reply(request)
         if ok:
             return payload
         raise rebuild_error(payload)
 
     def call(self, instruction: str, input: str | None, options: dict[str, Any]) -> str:
-        return str(self._round_trip(LLM_REPLY, LLM, instruction, input, options))
+        return str(self._round_trip(LLM, instruction, input, options))
 
     async def acall(self, instruction: str, input: str | None, options: dict[str, Any]) -> str:
         # Workers run only sync functions; an awaitable form that blocks is still correct.
@@ -222,7 +218,7 @@ class RelayBridge:
 
     def forward(self, request: SDKRequest) -> Any:
         """A routed SDK call: relayed to the engine, the reply (a ``Forwarded``) back."""
-        return self._round_trip(SDK_REPLY, SDK, request)
+        return self._round_trip(SDK, request)
 
     async def aforward(self, request: SDKRequest) -> Any:
         return self.forward(request)  # blocks, as acall does

@@ -27,8 +27,12 @@ What a forked worker keeps of a spawned worker's guarantees:
 - **Death with the engine**: the server has ``PR_SET_PDEATHSIG`` on the engine; each
   forked worker has it on the server (and checks ``getppid`` after setting it), so that
   the engine's death, even by SIGKILL, ends the server and with it every forked worker.
-- SIGINT and SIGTERM ignored (inherited), the server's SIGCHLD handling and wake-up pipe undone in
-  the child, every fd of the server's closed in the child.
+- **A process group of its own**, as a spawned worker has: the forked worker leads a
+  new group, so that its kill (``KILL``) and its end take every process the user's code
+  started with it (the server kills the group before it reaps the worker). SIGINT and
+  SIGTERM are at their defaults (the server is in a group of its own, out of reach of
+  the terminal's Ctrl-C); the server's SIGCHLD handling and wake-up pipe undone in the
+  child, every fd of the server's closed in the child.
 """
 
 from __future__ import annotations
@@ -46,7 +50,17 @@ from typing import Any, NoReturn
 from ..._loader import UserFunction
 from ._wire import PICKLE_PROTOCOL, WorkerInit
 
-__all__ = ["EXITED", "FORK", "FORKED", "KILL", "READY", "UNSAFE", "main", "threads_running"]
+__all__ = [
+    "EXITED",
+    "FORK",
+    "FORKED",
+    "KILL",
+    "READY",
+    "UNSAFE",
+    "kill_group",
+    "main",
+    "threads_running",
+]
 
 FORK = "fork"
 KILL = "kill"
@@ -64,6 +78,16 @@ def threads_running() -> int:
         return len(os.listdir("/proc/self/task"))
     except OSError:
         return threading.active_count()
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group that worker ``pid`` leads (every process the user's code
+    started in it), or the worker alone if it leads none. The caller has not reaped it."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _send(sock: socket.socket, *message: Any, fds: list[int] | None = None) -> None:
@@ -85,7 +109,7 @@ def _preload(init: WorkerInit) -> tuple[UserFunction | None, str | None]:
     try:
         from ..._loader import load_function
 
-        fn = load_function(init.path, init.name)
+        fn = load_function(init.path, init.name, guard_engine=False)
     except BaseException as exc:  # reported by each worker when it loads the file itself
         return None, f"not preloaded: importing it failed ({type(exc).__name__})"
     if init.has_llm:
@@ -130,8 +154,7 @@ class _Server:
         elif message[0] == KILL:
             for pid, request in self.children.items():
                 if request == message[1]:
-                    with contextlib.suppress(OSError):
-                        os.kill(pid, signal.SIGKILL)  # not reaped yet: it is still ours
+                    kill_group(pid)  # not reaped yet: the pid (and its group) is ours
 
     def fork(self, request: int, fds: list[int]) -> None:
         sock_fd, state_fd = fds
@@ -155,6 +178,7 @@ class _Server:
                 os.close(pidfd)
 
     def child(self, sock_fd: int, state_fd: int, server: int) -> None:
+        os.setpgid(0, 0)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         for fd in (self.wake_r, self.wake_w):
@@ -167,11 +191,19 @@ class _Server:
     def reap(self) -> None:
         while self.children:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                # Seen, not reaped (WNOWAIT): while the worker is a zombie its pid is still
+                # its group's, so what it left running in the group can be killed safely.
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:
                 return
-            if pid == 0:
+            if info is None or info.si_pid == 0:
                 return
+            if info.si_pid in self.children:
+                kill_group(info.si_pid)
+            try:
+                pid, status = os.waitpid(info.si_pid, 0)
+            except ChildProcessError:
+                continue
             request = self.children.pop(pid, None)
             if request is not None:
                 _send(self.ctl, EXITED, request, os.waitstatus_to_exitcode(status))
@@ -187,10 +219,10 @@ def _open_fds() -> set[int]:
 
 def main() -> None:
     """Entry point: ``python -c ... <root> <control fd> <engine pid> <preload 0|1>``."""
-    from ._child import die_with_parent, ignore_stop_signals
+    from ._child import default_stop_signals, die_with_parent
 
     ctl_fd, parent_pid, preload = (int(a) for a in sys.argv[2:5])
-    ignore_stop_signals()
+    default_stop_signals()
     ctl = socket.socket(fileno=ctl_fd)
     die_with_parent(parent_pid, ctl)
     data = ctl.recv(MAX_MESSAGE)

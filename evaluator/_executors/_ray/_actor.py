@@ -153,7 +153,7 @@ def _alias(module_name: str, fn: UserFunction, folder: Path) -> None:
     folder.mkdir(exist_ok=True)
     (folder / f"{module_name}.py").write_text(
         "import sys\nfrom evaluator._loader import import_path\n"
-        f"sys.modules[__name__] = import_path({str(fn.path)!r})\n",
+        f"sys.modules[__name__] = import_path({str(fn.path)!r}, guard_engine=False)\n",
         encoding="utf-8",
     )
     sys.path.append(str(folder))
@@ -214,7 +214,7 @@ class NodeActor:
             )
             return to_wire(BootFailure(node_id=node_id, address=address, message=message))
         try:
-            fn = load_function(path, spec.name)
+            fn = load_function(path, spec.name, guard_engine=False)
         except ContractError as exc:
             failure = BootFailure(
                 node_id=node_id, address=address, message=exc.message, line=exc.line

@@ -45,7 +45,7 @@ import pickle
 from collections.abc import Coroutine, Sequence
 from functools import partial
 from time import perf_counter, perf_counter_ns
-from typing import Any, ClassVar, Literal, Self
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -53,12 +53,13 @@ from ... import _failures as failures
 from ..._aio import shielded
 from ..._calls import Call, LLMHandler, Outcome
 from ..._context import Stage
+from ..._kinds import ExecutionKind
 from ..._loader import UserFunction
 from ..._options import validate_count, validate_ray_address
 from ..._report import ClusterSummary
 from ..._results import ErrorInfo
-from .._base import ExecutionKind, ExecutorStatistics, Progress, check_executor
-from .._process._queue import MAX_ATTEMPTS, Job, Segment, WorkQueue
+from .._base import ExecutorBase, ExecutorStatistics, Progress
+from .._process._queue import Job, Segment, WorkQueue
 from .._process._relay import answer
 from .._process._wire import PICKLE_PROTOCOL, WireOutcome, call_row
 from ._actor import ENCODED_MSGPACK, FAILED, LLM, OUT, ActorSpec
@@ -123,10 +124,10 @@ class RayExecutorStatistics(ExecutorStatistics, frozen=True, kw_only=True):
         )
 
 
-class RayExecutor:
+class RayExecutor(ExecutorBase):
     """Run a sync user function on a Ray cluster; see the module docstring.
 
-    ``address`` is the cluster (``"auto"``, ``"HOST:PORT"``, ``"ray://HOST:PORT"``;
+    ``ray_address`` is the cluster (``"auto"``, ``"HOST:PORT"``, ``"ray://HOST:PORT"``;
     None: a local instance started here and shut down at the end). ``workers`` is the
     number of worker processes per node (default: the node's CPUs as Ray reports them);
     ``max_calls_per_worker`` and ``memory_limit_mb`` apply to every worker, as in the
@@ -134,6 +135,13 @@ class RayExecutor:
     """
 
     kind: ClassVar[ExecutionKind] = "ray"
+    OPTIONS: ClassVar[tuple[str, ...]] = (
+        "workers",
+        "llm_handler",
+        "max_calls_per_worker",
+        "memory_limit_mb",
+        "ray_address",
+    )
 
     def __init__(
         self,
@@ -145,22 +153,19 @@ class RayExecutor:
         llm_handler: LLMHandler | None = None,
         max_calls_per_worker: int | None = None,
         memory_limit_mb: int | None = None,
-        address: str | None = None,
+        ray_address: str | None = None,
     ) -> None:
-        self._timeout = check_executor(fn, stage, "ray", timeout)
-        self._fn = fn
-        self.stage: Stage = stage
-        self._address = validate_ray_address(address)
+        super().__init__(fn, stage, timeout)
+        self._address = validate_ray_address(ray_address)
         import_ray()  # a missing Ray is a ConfigError now, not at the first submit
         self._llm_handler = llm_handler
-        self._phase: Literal["new", "open", "closed"] = "new"
-        self._queue = WorkQueue(target_ns=TARGET_BATCH_NS)
+        self._queue = WorkQueue(target_ns=TARGET_BATCH_NS, gave_up=failures.ray_actors_lost)
         spec = ActorSpec(
             path=str(fn.path),
             module_name=fn.module_name,
             name=fn.name,
             stage=stage,
-            timeout=self._timeout,
+            timeout=self.timeout,
             workers=1,
             max_calls_per_worker=validate_count(max_calls_per_worker, "max_calls_per_worker"),
             memory_limit_mb=validate_count(memory_limit_mb, "memory_limit_mb"),
@@ -183,10 +188,6 @@ class RayExecutor:
         return BACKLOG_S
 
     @property
-    def idle(self) -> bool:
-        return False  # its backlog keeps the nodes fed
-
-    @property
     def parallelism(self) -> int:
         """The worker processes of the ready nodes (their CPUs, as Ray reports them)."""
         ready = sum(m.workers for m in self._roster.ready())
@@ -196,22 +197,8 @@ class RayExecutor:
 
     # -- lifetime ---------------------------------------------------------------------
 
-    async def __aenter__(self) -> Self:
-        if self._phase != "new":
-            raise RuntimeError(
-                "a RayExecutor can be entered only once; create a new one for a new run"
-            )
-        self._phase = "open"
-        started = perf_counter()
-        try:
-            await self._open()
-        except BaseException:
-            await self.__aexit__(None, None, None)
-            raise
-        self._startup_s = perf_counter() - started
-        return self
-
     async def _open(self) -> None:
+        started = perf_counter()
         # A task of its own, shielded: cancelled mid-way, closing still waits for the
         # connection (ray.init cannot be stopped half-way) and releases it.
         self._connecting = asyncio.ensure_future(asyncio.to_thread(connect, self._address))
@@ -219,18 +206,16 @@ class RayExecutor:
         await self._roster.open(ship_folder=not connection.local)
         self._parallelism = sum(m.workers for m in self._roster.ready())
         self._start(self._roster.watch())
+        self._startup_s = perf_counter() - started
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._phase == "closed":
-            return
-        self._phase = "closed"
+    async def _close(self) -> None:
         self._queue.fail_all(failures.closed_before_done("Ray executor"))
         pollers = {m.poller for m in self._roster.every if m.poller is not None}
         for task in self._tasks - pollers:
             task.cancel()
-        await shielded(self._close(pollers))
+        await shielded(self._release(pollers))
 
-    async def _close(self, pollers: set[asyncio.Task[None]]) -> None:
+    async def _release(self, pollers: set[asyncio.Task[None]]) -> None:
         """Close the actors first: their polls then end with the actors, rather than be
         cancelled mid-call (which Ray Client does not take well)."""
         try:
@@ -263,10 +248,8 @@ class RayExecutor:
             by_node[member.name] = by_node.get(member.name, 0) + member.calls_done
             names[member.node_id] = member.name
         cost = queue.cost_ns
-        return RayExecutorStatistics(
-            kind="ray",
-            stage=self.stage,
-            parallelism=self.parallelism,
+        return self._snapshot(
+            RayExecutorStatistics,
             calls=queue.calls_done,
             timeouts=self._timeouts,
             busy=sum(m.in_flight for m in ready),
@@ -292,12 +275,7 @@ class RayExecutor:
     ) -> list[Outcome]:
         """Run ``calls``; one outcome per call, in order. Cancel-safe. ``progress`` is
         told of the outcomes of each batch as it comes back."""
-        if self._phase != "open":
-            raise RuntimeError(
-                "the RayExecutor is closed"
-                if self._phase == "closed"
-                else "enter the RayExecutor with `async with` before submitting"
-            )
+        self._check_open()
         if not calls:
             return []
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -316,7 +294,7 @@ class RayExecutor:
 
     def _dispatch(self) -> None:
         """Place batches on the members with room, while calls are pending."""
-        if self._phase != "open":
+        if self._state != "open":
             return
         queue, roster = self._queue, self._roster
         cost = queue.cost_ns
@@ -362,10 +340,10 @@ class RayExecutor:
             try:
                 pickle.dumps(call_row(call), PICKLE_PROTOCOL)
             except Exception as exc:
-                return failures.unsendable_arguments(self._fn, self.stage, exc)
+                return failures.unsendable_arguments(self.fn, self.stage, exc)
             return None
 
-        batch_error = failures.unsendable_arguments(self._fn, self.stage, error)
+        batch_error = failures.unsendable_arguments(self.fn, self.stage, error)
         self._queue.reject(segments, why, batch_error)
 
     def _cancel_batches(self) -> None:
@@ -443,7 +421,7 @@ class RayExecutor:
                 outcomes = pickle.loads(body)
         except Exception as exc:
             # e.g. a class the node's code defines but the driver cannot import.
-            error = failures.unreadable_value(self._fn, self.stage, exc)
+            error = failures.unreadable_value(self.fn, self.stage, exc)
             now = perf_counter_ns()
             outcomes = [Outcome(None, error, now, now)] * count
         queue = self._queue
@@ -502,22 +480,8 @@ class RayExecutor:
         self._roster.lost(member)
         if member.poller is not None and member.poller is not asyncio.current_task():
             member.poller.cancel()
-        self._requeue(requeue)
+        self._queue.requeue(requeue)
         self._dispatch()
-
-    def _requeue(self, segments: list[Segment]) -> None:
-        keep: list[Segment] = []
-        now = perf_counter_ns()
-        for segment in segments:
-            job, lo, hi, attempts = segment
-            if job.cancelled:
-                continue
-            if attempts >= MAX_ATTEMPTS:
-                error = failures.ray_actors_lost(attempts)
-                job.fill(lo, [Outcome(None, error, now, now)] * (hi - lo))
-            else:
-                keep.append(segment)
-        self._queue.requeue(keep)
 
     def no_nodes(self, why: str) -> None:
         """No node is left: every pending call fails, saying why."""

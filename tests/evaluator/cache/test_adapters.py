@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import pytest
 from evaluator.dspy import to_dspy_metric
 from evaluator.gepa import EvaluatorAdapter
 from llm_client import ModelConfig, Simulator, SimulatorConfig
+from tests._helpers import write
 
 CLASSIFY = Path(__file__).resolve().parents[3] / "examples" / "classify"
 JUDGE = """
@@ -31,12 +31,6 @@ def score(input, output, expected=None):
         raise ValueError("boom")
     return float(output == expected["label"]), {"feedback": "ok"}
 """
-
-
-def write(folder: Path, name: str, source: str) -> Path:
-    path = folder / name
-    path.write_text(textwrap.dedent(source))
-    return path
 
 
 def rows() -> list[dict[str, Any]]:
@@ -61,7 +55,11 @@ class TestGepaAdapter:
         metric = write(tmp_path, "metric.py", COUNTING)
         candidate = {"prompt": "refund -> billing"}
         with EvaluatorAdapter.open(
-            metric=str(metric), program=str(CLASSIFY / "program.py"), execution="inline", **options
+            metric=str(metric),
+            program=str(CLASSIFY / "program.py"),
+            execution="inline",
+            program_execution="inline",
+            **options,
         ) as adapter:
             first = adapter.evaluate(rows(), candidate)
             second = adapter.evaluate(rows(), candidate)
@@ -74,6 +72,7 @@ class TestGepaAdapter:
             assert calls == 6 and stats is None
 
 
+@pytest.mark.slow
 class TestShippedExample:
     def test_same_score_fewer_examples_executed(self, capsys: pytest.CaptureFixture[str]) -> None:
         """examples/gepa/optimize.py with its cache (the default) reaches the score it

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from evaluator._models import Models
 from evaluator._pipeline import Evaluator
 from evaluator._results import Result
 from llm_client import ModelConfig, Simulator, SimulatorConfig
+from tests._helpers import write
 
 # A program and a judge metric, both on the simulator: each call a real HTTP request.
 PROGRAM = """
@@ -47,12 +47,6 @@ ECHO = """
 def run(artifact, input):
     return f"{artifact}:{input['n'] % 2}"
 """
-
-
-def write(folder: Path, name: str, source: str) -> Path:
-    path = folder / name
-    path.write_text(textwrap.dedent(source))
-    return path
 
 
 def rows(n: int, **extra: Any) -> list[dict[str, Any]]:
@@ -419,7 +413,9 @@ class TestReport:
             """,
         )
         program = write(tmp_path, "program.py", ECHO)
-        async with Evaluator(metric, program, execution="inline", cache=True) as ev:
+        async with Evaluator(
+            metric, program, execution="inline", program_execution="inline", cache=True
+        ) as ev:
             fresh = await ev.evaluate_many("a", rows(2))
             report = await ev.evaluate("a", rows(2))
             hits = await ev.evaluate_many("a", rows(2))

@@ -59,6 +59,7 @@ class TestConcurrentProcesses:
         assert store.stats().entries == 3000
         store.close()
 
+    @pytest.mark.process
     def test_two_evaluators_in_two_processes(self, tmp_path: Path) -> None:
         """Two runs in two processes share one cache directory at once: both succeed
         and the cache holds the union of their examples."""

@@ -21,6 +21,7 @@ def _run(cache: Path) -> list[str]:
         "--artifact", str(OPENAI / "prompt.txt"),
         "--data", str(OPENAI / "data.jsonl"),
         "--simulator", str(OPENAI / "simulator.json"),
+        "--execution", "inline",
         "--cache", str(cache),
         "--json",
     ]  # fmt: skip
@@ -61,6 +62,7 @@ class TestRunWithCache:
             "--artifact", str(classify / "prompt.txt"),
             "--data", str(classify / "data.jsonl"),
             "--execution", "inline",
+            "--program-execution", "inline",
             "--cache", str(tmp_path / "c"),
         ]  # fmt: skip
         assert main(args) == 0
@@ -93,6 +95,7 @@ class TestCacheCommand:
             "--artifact", str(classify / "prompt.txt"),
             "--data", str(classify / "data.jsonl"),
             "--execution", "inline",
+            "--program-execution", "inline",
             "--cache", str(cache),
             "--json",
         ]  # fmt: skip

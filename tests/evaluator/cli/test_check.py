@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import json
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
 from evaluator._cli import main
+from tests._helpers import write
 
 ROOT = Path(__file__).resolve().parents[3]
 METRICS = ROOT / "examples" / "metrics"
 LABELS = METRICS / "labels.jsonl"
-
-
-def metric(tmp_path: Path, source: str, name: str = "metric.py") -> Path:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(source))
-    return path
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:  # type: ignore[type-arg]
@@ -55,7 +49,7 @@ class TestCheckCommand:
 
     def test_syntax_error(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """A syntax error fails Metric file with the file and line."""
-        path = metric(tmp_path, "def score(i, o):\n    return (1.0, {'feedback': ''}\n")
+        path = write(tmp_path, "metric.py", "def score(i, o):\n    return (1.0, {'feedback': ''}\n")
         code, report = run_json(capsys, str(path), "--data", str(LABELS))
         step = failed_step(report)
         assert code == 1 and step["name"] == "Metric file"
@@ -64,22 +58,28 @@ class TestCheckCommand:
     def test_bad_signature(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """A one-argument score fails Metric signature after Metric file passes."""
         code, report = run_json(
-            capsys, str(metric(tmp_path, "def score(x):\n    pass\n")), "--data", str(LABELS)
+            capsys,
+            str(write(tmp_path, "metric.py", "def score(x):\n    pass\n")),
+            "--data",
+            str(LABELS),
         )
         assert code == 1 and [s["ok"] for s in report["steps"]] == [True, False]
         assert report["steps"][1]["name"] == "Metric signature"
 
     def test_metric_raises(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """A metric that raises fails Metric runs, naming the example and the line."""
-        path = metric(tmp_path, "def score(i, o, e=None):\n    return 1.0 / 0\n")
+        path = write(tmp_path, "metric.py", "def score(i, o, e=None):\n    return 1.0 / 0\n")
         code, report = run_json(capsys, str(path), "--data", str(LABELS))
         step = failed_step(report)
         assert code == 1 and step["name"] == "Metric runs" and step["example_id"] == "q1"
         assert "ZeroDivisionError" in step["message"] and "metric.py:2" in step["message"]
 
+    @pytest.mark.slow
     def test_hang_times_out(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """A hung metric fails Metric runs with the timeout named, without waiting for it (guard: 30 s)."""
-        path = metric(tmp_path, "import time\ndef score(i, o, e=None):\n    time.sleep(1000)\n")
+        path = write(
+            tmp_path, "metric.py", "import time\ndef score(i, o, e=None):\n    time.sleep(1000)\n"
+        )
         started = time.monotonic()
         code, report = run_json(capsys, str(path), "--data", str(LABELS), "--timeout", "1")
         assert time.monotonic() - started < 30

@@ -43,6 +43,8 @@ def _run_classify(tmp_path: Path, name: str, artifact: Path) -> Path:
             "--artifact", str(artifact),
             "--data", str(CLASSIFY / "data.jsonl"),
             "--output", str(out),
+            "--execution", "inline",
+            "--program-execution", "inline",
             "--json",
         ]
     )  # fmt: skip

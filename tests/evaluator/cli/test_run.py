@@ -19,6 +19,7 @@ import pytest
 
 from evaluator._cli import main
 from llm_client import Simulator, SimulatorConfig
+from tests._helpers import PROCESS
 
 ROOT = Path(__file__).resolve().parents[3]
 CLASSIFY = ROOT / "examples" / "classify"
@@ -117,6 +118,8 @@ class TestRun:
                 "--artifact-text", "refund -> billing",
                 "--data", str(CLASSIFY / "data.jsonl"),
                 "--output", str(out),
+                "--execution", "inline",
+                "--program-execution", "inline",
             ]
         )  # fmt: skip
         assert code == 0
@@ -165,12 +168,14 @@ class TestRun:
         metric.write_text("def score(i, o, e=None):\n    return 0.5\n")
         data = _dataset(tmp_path / "d.jsonl", 5)
         out = tmp_path / "r.jsonl"
-        code = main(["run", "--metric", str(metric), "--data", str(data), "--output", str(out)])
+        argv = ["run", "--metric", str(metric), "--data", str(data), "--output", str(out)]
+        code = main([*argv, "--execution", "inline"])
         assert code == 1
         assert not out.exists()  # nothing written: no file left behind
 
 
 class TestResume:
+    @pytest.mark.process
     def test_kill_then_resume_gives_each_id_once(self, tmp_path: Path) -> None:
         """After SIGKILL mid-run, --resume completes the file: every id exactly once, and
         the lines written before the kill are kept as they were (none redone)."""
@@ -212,6 +217,7 @@ class TestResume:
         data = _dataset(tmp_path / "d.jsonl", 5)
         out = tmp_path / "r.jsonl"
         argv = ["run", "--metric", str(CLASSIFY / "metric.py"), "--data", str(data)]
+        argv += ["--execution", "inline"]
         assert main([*argv, "--output", str(out), "--json"]) == 0
         capsys.readouterr()
         before = out.read_bytes()
@@ -255,7 +261,7 @@ class TestResume:
 
 
 class TestJudgeMetric:
-    @pytest.mark.parametrize("execution", ["thread", "process"])
+    @pytest.mark.parametrize("execution", ["thread", PROCESS])
     def test_page_judge_on_the_simulator(self, tmp_path: Path, execution: str) -> None:
         """The page's judge runs unchanged in threads (its default) and forced into worker
         processes (calls relayed to the engine): same verdicts, one metered call each."""
@@ -287,6 +293,7 @@ class TestJudgeMetric:
         assert {r["score"] for r in rows} == {0.0, 1.0}
         assert all(r["feedback"].startswith(("PASS", "FAIL")) for r in rows)
 
+    @pytest.mark.process
     def test_thread_and_process_agree(self, tmp_path: Path) -> None:
         """Deterministic replies: the same verdicts whichever executor runs the judge."""
         got = {}
@@ -390,6 +397,10 @@ class TestRewardMetric:
                     "--output",
                     str(out),
                     "--json",
+                    "--execution",
+                    "inline",
+                    "--program-execution",
+                    "thread",
                 ]
             )
             == 0
@@ -422,6 +433,8 @@ class TestRewardMetric:
                     "--output",
                     str(out),
                     "--json",
+                    "--execution",
+                    "inline",
                 ]
             )
             == 0
@@ -739,6 +752,7 @@ class TestHtmlReport:
             "--artifact", str(CLASSIFY / "prompt.txt"),
             "--data", str(CLASSIFY / "data.jsonl"),
             "--execution", "inline",
+            "--program-execution", "inline",
             "--report", str(page),
         ]  # fmt: skip
         if with_output:

@@ -52,6 +52,7 @@ def judge_args(sim: Simulator, data: Path) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 class TestModelBoundRun:
     def test_judge_keeps_at_least_64_calls_in_flight_and_says_why(
         self, sim: Simulator, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -33,9 +33,13 @@ from typing import Any
 import psutil
 import pytest
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("ray") is None, reason="needs Ray (the extra `ray`)"
-)
+# A real Ray instance or cluster (the mark implies slow).
+pytestmark = [
+    pytest.mark.ray,
+    pytest.mark.skipif(
+        importlib.util.find_spec("ray") is None, reason="needs Ray (the extra `ray`)"
+    ),
+]
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ["--metric", "examples/cpu/metric.py", "--data", "examples/cpu/data.jsonl"]

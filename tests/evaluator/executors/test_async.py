@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -13,16 +12,11 @@ from evaluator._calls import ScoreCall
 from evaluator._executors._async import AsyncExecutor
 from evaluator._loader import UserFunction, load_metric
 from evaluator._results import Observation
+from tests._helpers import write
 
 # User files shared by these tests, kept as real files in sources/ (see its README).
 SOURCES = Path(__file__).resolve().parents[1] / "sources"
 ASYNC_BEHAVIOURS = (SOURCES / "async_behaviours.py").read_text()  # by input["kind"]
-
-
-def write(folder: Path, name: str, source: str) -> Path:
-    path = folder / name
-    path.write_text(textwrap.dedent(source))
-    return path
 
 
 def _calls(kinds: list[str], **extra: Any) -> list[ScoreCall]:

@@ -14,7 +14,7 @@ from evaluator._executors._async import (
     AsyncExecutor,
     AsyncExecutorStatistics,
 )
-from evaluator._executors._base import ExecutorOptions, ExecutorStatistics
+from evaluator._executors._base import ExecutorBase, ExecutorOptions, ExecutorStatistics
 from evaluator._executors._factory import open_executor
 from evaluator._executors._process._executor import ProcessExecutor, ProcessExecutorStatistics
 from evaluator._executors._threads import (
@@ -175,3 +175,97 @@ class TestWorkerCounts:
         assert fit_workers(None, 3) is None
         assert fit_workers(2, 1) == 1 and fit_workers(2, 40) == 2
         assert fit_workers(100_000, 40) == 100_000
+
+
+class TestRegistry:
+    def test_every_kind_has_its_executor(self) -> None:
+        """The factory's registry holds one executor class per kind, which says that kind
+        and shares the one lifecycle."""
+        from evaluator._executors._base import ExecutorBase
+        from evaluator._executors._factory import EXECUTORS, executor_class
+        from evaluator._kinds import EXECUTIONS
+
+        assert tuple(EXECUTORS) == EXECUTIONS
+        for kind in EXECUTIONS:
+            cls = executor_class(kind)
+            assert issubclass(cls, ExecutorBase) and cls.kind == kind
+
+    def test_each_kind_takes_options_by_their_names(self) -> None:
+        """Every option an executor says it takes is an ExecutorOptions field and a
+        keyword of its constructor, so the factory hands it over by name."""
+        import dataclasses
+        import inspect
+
+        from evaluator._executors._factory import EXECUTORS, executor_class
+
+        fields = {f.name for f in dataclasses.fields(ExecutorOptions)}
+        for kind in EXECUTORS:
+            cls = executor_class(kind)
+            keywords = set(inspect.signature(cls.__init__).parameters)
+            assert set(cls.OPTIONS) <= fields & keywords, kind
+
+
+class _Recorder(ExecutorBase):
+    """An executor that only records its hooks (the lifecycle, without calls)."""
+
+    kind = "inline"
+
+    def __init__(self, fn: UserFunction, fail_open: bool = False) -> None:
+        super().__init__(fn, "score", 1.0)
+        self.fail_open = fail_open
+        self.hooks: list[str] = []
+
+    async def _open(self) -> None:
+        self.hooks.append("open")
+        if self.fail_open:
+            raise OSError("cannot start")
+
+    async def _close(self) -> None:
+        self.hooks.append("close")
+
+
+class TestExecutorBase:
+    async def test_opened_once_closed_once(self, tmp_path: Path) -> None:
+        """The hooks run once each, in order, however often the executor is exited; it
+        refuses to be entered again, and refuses use outside its block."""
+        executor = _Recorder(_metric(tmp_path, "inline"))
+        with pytest.raises(RuntimeError, match="async with"):
+            executor._check_open()
+        async with executor:
+            executor._check_open()
+        await executor.__aexit__(None, None, None)
+        assert executor.hooks == ["open", "close"]
+        with pytest.raises(RuntimeError, match="closed"):
+            executor._check_open()
+        with pytest.raises(RuntimeError, match="only once"):
+            await executor.__aenter__()
+
+    async def test_a_failed_opening_closes(self, tmp_path: Path) -> None:
+        """An _open that raises is followed by _close before the error goes on."""
+        executor = _Recorder(_metric(tmp_path, "inline"), fail_open=True)
+        with pytest.raises(OSError, match="cannot start"):
+            await executor.__aenter__()
+        assert executor.hooks == ["open", "close"]
+
+    async def test_never_opened_is_never_closed(self, tmp_path: Path) -> None:
+        """Exiting an executor never entered closes nothing, and it stays closed."""
+        executor = _Recorder(_metric(tmp_path, "inline"))
+        await executor.__aexit__(None, None, None)
+        assert executor.hooks == []
+        with pytest.raises(RuntimeError, match="only once"):
+            await executor.__aenter__()
+
+    def test_checks_and_defaults(self, tmp_path: Path) -> None:
+        """The function, stage and timeout are checked for the subclass's kind; a local
+        executor wants no backlog and cannot tell when it is idle."""
+        from evaluator._exceptions import ConfigError
+
+        executor = _Recorder(_metric(tmp_path, "inline"))
+        assert (executor.timeout, executor.stage, executor.backlog_s, executor.idle) == (
+            1.0,
+            "score",
+            0.0,
+            False,
+        )
+        with pytest.raises(ConfigError, match="async def"):
+            _Recorder(_metric(tmp_path, "async"))

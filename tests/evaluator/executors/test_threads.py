@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -22,18 +21,13 @@ from evaluator._executors._threads import (
 )
 from evaluator._loader import UserFunction, load_metric
 from evaluator._results import Observation
+from tests._helpers import write
 
 # User files shared by these tests, kept as real files in sources/ (see its README).
 SOURCES = Path(__file__).resolve().parents[1] / "sources"
 BEHAVIOURS = (SOURCES / "behaviours.py").read_text()  # behaviour chosen by input["kind"]
 EXACT = (SOURCES / "exact.py").read_text()
 PROGRAM = (SOURCES / "program.py").read_text()
-
-
-def write(folder: Path, name: str, source: str) -> Path:
-    path = folder / name
-    path.write_text(textwrap.dedent(source))
-    return path
 
 
 def _calls(kinds: list[str], **extra: Any) -> list[ScoreCall]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import textwrap
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -21,6 +20,7 @@ from evaluator._dataset import Example
 from evaluator._exceptions import ConfigError, DatasetError
 from evaluator._loader import load_metric
 from evaluator._pipeline import Evaluator, choose_execution
+from tests._helpers import PROCESS, write
 
 # User files shared by these tests, kept as real files in sources/ (see its README).
 SOURCES = Path(__file__).resolve().parents[1] / "sources"
@@ -37,12 +37,6 @@ EXPECTED_KIND = {
     "crash": "worker_crash",
     "hang": "metric_timeout",
 }
-
-
-def write(folder: Path, name: str, source: str) -> Path:
-    path = folder / name
-    path.write_text(textwrap.dedent(source))
-    return path
 
 
 def examples(kinds: list[str], **extra: Any) -> list[Example]:
@@ -133,7 +127,7 @@ class TestConfiguration:
 
 
 class TestEvaluateMany:
-    @pytest.mark.parametrize("execution", ["inline", "thread", "process"])
+    @pytest.mark.parametrize("execution", ["inline", "thread", PROCESS])
     async def test_one_result_per_example_in_order(self, metric: Path, execution: str) -> None:
         """Many chunks through each executor: one result per example, in input order."""
         kinds = (["ok", "raise", "slow", "invalid"] * 300)[:1000]
@@ -265,7 +259,7 @@ class TestEvaluateMany:
 
 
 class TestProperty:
-    @pytest.mark.parametrize("execution", ["inline", "thread", "async", "process"])
+    @pytest.mark.parametrize("execution", ["inline", "thread", "async", PROCESS])
     def test_every_example_yields_exactly_one_result(self, tmp_path: Path, execution: str) -> None:
         """Whatever the mix of ok, raising, slow, invalid (and, in processes, crashing)
         calls, every example yields exactly one result, with the right kind."""
@@ -273,29 +267,36 @@ class TestProperty:
         path = write(tmp_path, f"m_{execution}.py", source)
         pool = ["ok", "raise", "slow", "invalid"] + (["crash"] if execution == "process" else [])
 
-        async def once(kinds: list[str]) -> None:
-            async with Evaluator(path, execution=execution, workers=2) as ev:
-                results = await ev.evaluate_many(None, examples(kinds))
-                streamed = [r async for r in ev.stream(None, examples(kinds))]
+        async def once(ev: Evaluator, kinds: list[str]) -> None:
+            results = await ev.evaluate_many(None, examples(kinds))
+            streamed = [r async for r in ev.stream(None, examples(kinds))]
             check_one_each(kinds, results)
             assert sorted(r.example_id for r in streamed) == sorted(
                 f"e{i}" for i in range(len(kinds))
             )
 
-        @settings(
-            max_examples=8 if execution == "process" else 25,
-            deadline=None,
-            suppress_health_check=[HealthCheck.function_scoped_fixture],
-        )
-        @given(st.lists(st.sampled_from(pool), max_size=30))
-        def prop(kinds: list[str]) -> None:
-            asyncio.run(once(kinds))
+        async def main() -> None:
+            # One Evaluator for every example (its pools outlive crashes and timeouts);
+            # hypothesis drives it from a thread, each example a call on its loop.
+            loop = asyncio.get_running_loop()
+            async with Evaluator(path, execution=execution, workers=2) as ev:
 
-        prop()
+                @settings(
+                    max_examples=8 if execution == "process" else 25,
+                    deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture],
+                )
+                @given(st.lists(st.sampled_from(pool), max_size=30))
+                def prop(kinds: list[str]) -> None:
+                    asyncio.run_coroutine_threadsafe(once(ev, kinds), loop).result(timeout=120)
+
+                await asyncio.to_thread(prop)
+
+        asyncio.run(main())
 
 
 class TestTimeoutsAndCleanup:
-    @pytest.mark.parametrize("execution", ["inline", "thread", "async", "process"])
+    @pytest.mark.parametrize("execution", ["inline", "thread", "async", PROCESS])
     async def test_hung_metric_times_out_and_nothing_outlives(
         self, tmp_path: Path, execution: str
     ) -> None:
@@ -308,6 +309,7 @@ class TestTimeoutsAndCleanup:
         path = write(tmp_path, "m.py", source)
         kinds = ["ok", "hang", "ok", "slow"] * 2
         me = psutil.Process()
+        earlier = set(our_threads())  # an earlier test's abandoned call may still be running
         try:
             started = time.perf_counter()
             async with Evaluator(path, timeout=0.5, execution=execution, workers=2) as ev:
@@ -318,7 +320,7 @@ class TestTimeoutsAndCleanup:
             assert "0.5 s" in results[1].error.message  # type: ignore[union-attr]
             assert elapsed < 6
             assert me.children(recursive=True) == []
-            left = our_threads()
+            left = [t for t in our_threads() if t not in earlier]
             assert all(t.daemon for t in left)
             assert len(left) <= abandoned
             if execution in ("inline", "thread"):
@@ -329,7 +331,7 @@ class TestTimeoutsAndCleanup:
             thread.join(5)
         assert our_threads() == []
 
-    @pytest.mark.parametrize("execution", ["inline", "process", "async"])
+    @pytest.mark.parametrize("execution", ["inline", PROCESS, "async"])
     async def test_cancel_mid_flight(self, tmp_path: Path, execution: str) -> None:
         """Cancelling evaluate_many returns promptly (< 1 s), re-raises the cancellation,
         leaves no task of ours and, once closed, no child process."""

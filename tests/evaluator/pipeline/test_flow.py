@@ -199,6 +199,7 @@ def score(input, output, expected=None):
 
 
 class TestSlowCalls:
+    @pytest.mark.process
     async def test_a_hang_holds_up_only_its_own_chunk(self, tmp_path: Path) -> None:
         """With one worker process and example 100 asleep past its 4 s timeout, the other
         2,000 examples do not wait for it: at least 1,900 of their results stream out

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import textwrap
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -20,6 +19,7 @@ from evaluator._loader import load_metric
 from evaluator._pipeline import choose_execution
 from evaluator._pipeline._evaluator import DEFAULT_MODEL_BUDGET
 from llm_client import ModelConfig, Simulator, SimulatorConfig
+from tests._helpers import write
 
 ROOT = Path(__file__).resolve().parents[3]
 JUDGE = ROOT / "examples" / "metrics" / "judge.py"
@@ -37,12 +37,6 @@ from skynet import llm
 def run(artifact, input):
     return llm(artifact, input=input["question"])
 """
-
-
-def write(folder: Path, name: str, source: str) -> Path:
-    path = folder / name
-    path.write_text(textwrap.dedent(source))
-    return path
 
 
 def judged(n: int, offset: int = 0) -> list[Example]:
@@ -153,6 +147,7 @@ class TestExecutorSizes:
         assert (budget.rpm, budget.tpm, budget.source) == (6000, 2_000_000, "configured")
         assert budget.describe() == "64 in flight (cap 1024), 6000 rpm, 2e+06 tpm (configured)"
 
+    @pytest.mark.process
     @pytest.mark.parametrize("workers", [3, None])
     async def test_process_stage_parallelism_is_its_real_worker_count(
         self, tmp_path: Path, workers: int | None
@@ -171,6 +166,7 @@ class TestExecutorSizes:
         assert stage.describe() == f"process x{expected}: plain sync function (CPU-bound)"
 
 
+@pytest.mark.slow
 class TestModelBoundInFlight:
     async def test_judge_keeps_its_model_budget_in_flight_after_the_contract_check(
         self, sim: Simulator

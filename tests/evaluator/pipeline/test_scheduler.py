@@ -7,7 +7,7 @@ the simulator saw), never by wall time.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from evaluator import ConfigError, Evaluator, Example, Models
 from evaluator._pipeline._scheduler import FairSlots, TenantBook, caller_share
 from llm_client import ModelConfig, RateGovernor, Share, Simulator, SimulatorConfig
 from llm_client._governor import governor_for
+from tests._helpers import until
 
 ROOT = Path(__file__).resolve().parents[3]
 JUDGE = ROOT / "examples" / "metrics" / "judge.py"
@@ -30,15 +31,6 @@ def judged(n: int, prefix: str) -> list[Example]:
         Example(id=f"{prefix}{i}", input={"question": f"q{i}"}, expected=None, output=str(i))
         for i in range(n)
     ]
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    """Yield to the loop until ``predicate()`` holds (a guard against hangs, not a timing)."""
-    async with asyncio.timeout(timeout):
-        for _ in iter(int, 1):
-            if predicate():
-                return
-            await asyncio.sleep(0.002)
 
 
 @pytest.fixture
@@ -232,6 +224,7 @@ def running_pids(folder: Path) -> list[int]:
     return [int(p.name.split("-")[1]) for p in folder.glob("running-*")]
 
 
+@pytest.mark.slow
 class TestWeightsOnOneEvaluator:
     async def test_backlogged_tenants_share_results_by_weight(self, sim: Simulator) -> None:
         """Two callers that both keep the budget saturated, of weights 3 and 1, get about
@@ -261,6 +254,7 @@ class TestWeightsOnOneEvaluator:
 
 
 class TestCancellingOneCaller:
+    @pytest.mark.process
     async def test_cancelled_callers_process_calls_are_killed(self, tmp_path: Path) -> None:
         """A cancelled caller's running process calls are killed with their workers
         (counted, not as timeouts), so another caller's calls, queued behind them, run

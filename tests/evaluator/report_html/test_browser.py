@@ -16,6 +16,9 @@ from evaluator._report_html import write_html_report
 
 from .conftest import result, write_results
 
+# A real Chromium drives the page (the mark implies slow).
+pytestmark = pytest.mark.browser
+
 N = 60
 LONG = "The answer names the right city but not the year. " * 12  # longer than a table cell
 HOSTILE = '</script><script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'

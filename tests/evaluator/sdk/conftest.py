@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import textwrap
-from pathlib import Path
 from typing import Any
 
 from evaluator._dataset import Example
@@ -60,12 +58,6 @@ ACCEPT = """
 def score(input, output, expected=None):
     return 1.0, {"feedback": "ok"}
 """
-
-
-def write(folder: Path, name: str, source: str) -> Path:
-    path = folder / name
-    path.write_text(textwrap.dedent(source))
-    return path
 
 
 def examples(n: int, **extra: Any) -> list[Example]:

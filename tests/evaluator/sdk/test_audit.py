@@ -12,8 +12,9 @@ from evaluator import Evaluator
 from evaluator._context import CallContext, call_context
 from evaluator._sdk import _audit
 from llm_client import Simulator, SimulatorConfig
+from tests._helpers import PROCESS, write
 
-from .conftest import ACCEPT, examples, write
+from .conftest import ACCEPT, examples
 
 RAW_HTTP = """
 import json
@@ -63,7 +64,7 @@ def score(input, output, expected=None):
 
 
 class TestUnmeasured:
-    @pytest.mark.parametrize("execution", ["thread", "process"])
+    @pytest.mark.parametrize("execution", ["thread", PROCESS])
     async def test_raw_http_is_unmeasured_with_the_host_named(
         self, tmp_path: Path, execution: str
     ) -> None:
@@ -74,7 +75,9 @@ class TestUnmeasured:
         metric = write(tmp_path, "metric.py", REWARD_METRIC)
         async with (
             Simulator(SimulatorConfig()) as sim,
-            Evaluator(metric, program, program_execution=execution, timeout=60) as ev,
+            Evaluator(
+                metric, program, execution="inline", program_execution=execution, timeout=60
+            ) as ev,
         ):
             results = await ev.evaluate_many(sim.base_url, examples(3))
             report = await ev.evaluate(sim.base_url, examples(2))
@@ -96,7 +99,14 @@ class TestUnmeasured:
         metric = write(tmp_path, "metric.py", ACCEPT)
         async with (
             Simulator(SimulatorConfig()) as sim,
-            Evaluator(metric, program, program_execution="thread", workers=1, timeout=60) as ev,
+            Evaluator(
+                metric,
+                program,
+                execution="inline",
+                program_execution="thread",
+                workers=1,
+                timeout=60,
+            ) as ev,
         ):
             first = await ev.evaluate_many(sim.base_url, examples(1))
             later = await ev.evaluate_many(sim.base_url, examples(3))
@@ -109,7 +119,7 @@ class TestUnmeasured:
             assert result.observation.cost_usd is None
             assert "seen earlier in this run" in " ".join(result.observation.notes)
 
-    @pytest.mark.parametrize("execution", ["thread", "process", "inline", "async"])
+    @pytest.mark.parametrize("execution", ["thread", PROCESS, "inline", "async"])
     async def test_no_model_call_is_a_measured_zero(self, tmp_path: Path, execution: str) -> None:
         """A program that makes no model call and opens no connection costs $0, measured."""
         source = (
@@ -119,7 +129,9 @@ class TestUnmeasured:
         )
         program = write(tmp_path, "program.py", source)
         metric = write(tmp_path, "metric.py", REWARD_METRIC)
-        async with Evaluator(metric, program, program_execution=execution, timeout=60) as ev:
+        async with Evaluator(
+            metric, program, execution="inline", program_execution=execution, timeout=60
+        ) as ev:
             results = await ev.evaluate_many(None, examples(3))
         for result in results:
             assert result.observation.cost_usd == 0.0 and result.observation.notes == ()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,8 +13,9 @@ import pytest
 from evaluator import Evaluator, Models
 from llm_client import ModelConfig, ModelSettings, Simulator, SimulatorConfig
 from llm_client._governor import governor_for
+from tests._helpers import until, write
 
-from .conftest import ACCEPT, examples, write
+from .conftest import ACCEPT, examples
 
 ONE_CALL = """
 import openai
@@ -31,15 +31,6 @@ def run(artifact, input):
 """
 
 SECRET = "sk-proj-ROUTEDSECRETKEY0123456789abcdefXYZ"
-
-
-async def _until(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    """Yield to the loop until ``predicate()`` holds (a state change, not a timed sleep)."""
-    async with asyncio.timeout(timeout):
-        for _ in iter(int, 1):
-            if predicate():
-                return
-            await asyncio.sleep(0.005)
 
 
 class TestWhichClient:
@@ -60,6 +51,7 @@ class TestWhichClient:
             async with Evaluator(
                 metric,
                 program,
+                execution="inline",
                 program_execution="thread",
                 workers=16,
                 models=Models(program=model),
@@ -81,7 +73,9 @@ class TestWhichClient:
         metric = write(tmp_path, "metric.py", ACCEPT)
         async with (
             Simulator(SimulatorConfig()) as sim,
-            Evaluator(metric, program, program_execution="thread", timeout=60) as ev,
+            Evaluator(
+                metric, program, execution="inline", program_execution="thread", timeout=60
+            ) as ev,
         ):
             for model, key in (("m-a", "sk-a"), ("m-b", "sk-a"), ("m-a", "sk-b"), ("m-a", "sk-a")):
                 artifact = {"url": sim.base_url, "model": model, "key": key}
@@ -110,7 +104,12 @@ class TestSimulatorServesSDKCalls:
             )
             models = Models(program=model, sdk_base_url=sim.base_url)
             async with Evaluator(
-                metric, program, program_execution="thread", models=models, timeout=60
+                metric,
+                program,
+                execution="inline",
+                program_execution="thread",
+                models=models,
+                timeout=60,
             ) as ev:
                 artifact = {"url": "https://api.openai.com/v1", "key": SECRET}
                 results = await ev.evaluate_many(artifact, examples(3))
@@ -120,6 +119,7 @@ class TestSimulatorServesSDKCalls:
 
 
 class TestFailures:
+    @pytest.mark.process
     async def test_a_401_is_the_programs_error_without_the_key(
         self, tmp_path: Path, caplog: pytest.LogCaptureFixture
     ) -> None:
@@ -130,7 +130,9 @@ class TestFailures:
         metric = write(tmp_path, "metric.py", ACCEPT)
         async with (
             Simulator(SimulatorConfig(api_key="sk-the-right-one")) as sim,
-            Evaluator(metric, program, program_execution="process", timeout=60) as ev,
+            Evaluator(
+                metric, program, execution="inline", program_execution="process", timeout=60
+            ) as ev,
         ):
             results = await ev.evaluate_many({"url": sim.base_url, "key": SECRET}, examples(2))
         assert [r.error.kind if r.error else None for r in results] == ["program_error"] * 2
@@ -146,7 +148,9 @@ class TestFailures:
         config = SimulatorConfig(rate_limit_rate=0.3, error_503_rate=0.2, seed=11)
         async with (
             Simulator(config) as sim,
-            Evaluator(metric, program, program_execution="thread", timeout=60) as ev,
+            Evaluator(
+                metric, program, execution="inline", program_execution="thread", timeout=60
+            ) as ev,
         ):
             results = await ev.evaluate_many({"url": sim.base_url}, examples(12))
         seen = sim.statistics()
@@ -162,10 +166,17 @@ class TestCancellation:
         program = write(tmp_path, "program.py", ONE_CALL)
         metric = write(tmp_path, "metric.py", ACCEPT)
         async with Simulator(SimulatorConfig(latency_ms=30_000)) as sim:
-            ev = Evaluator(metric, program, program_execution="thread", workers=4, timeout=60)
+            ev = Evaluator(
+                metric,
+                program,
+                execution="inline",
+                program_execution="thread",
+                workers=4,
+                timeout=60,
+            )
             async with ev:
                 task = asyncio.create_task(ev.evaluate_many({"url": sim.base_url}, examples(4)))
-                await _until(lambda: sim.statistics().in_flight == 4)
+                await until(lambda: sim.statistics().in_flight == 4)
                 running = [
                     t for t in threading.enumerate() if t.name.startswith("skynet-thread-run")
                 ]

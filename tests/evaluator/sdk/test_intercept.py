@@ -10,12 +10,13 @@ import pytest
 
 from evaluator import Evaluator
 from llm_client import Simulator, SimulatorConfig
+from tests._helpers import PROCESS, write
 
-from .conftest import ACCEPT, OPENAI_ASYNC, OPENAI_SYNC, examples, write
+from .conftest import ACCEPT, OPENAI_ASYNC, OPENAI_SYNC, examples
 
 
 class TestRoutedInEveryExecutor:
-    @pytest.mark.parametrize("execution", ["thread", "inline", "process"])
+    @pytest.mark.parametrize("execution", ["thread", "inline", PROCESS])
     async def test_sync_openai_client_metered(self, tmp_path: Path, execution: str) -> None:
         """A sync openai program's calls (chat, streamed chat, Responses API) are served
         through the engine: every call the simulator served is in the observations, with
@@ -25,7 +26,9 @@ class TestRoutedInEveryExecutor:
         metric = write(tmp_path, "metric.py", ACCEPT)
         async with (
             Simulator(SimulatorConfig()) as sim,
-            Evaluator(metric, program, program_execution=execution, timeout=60) as ev,
+            Evaluator(
+                metric, program, execution="inline", program_execution=execution, timeout=60
+            ) as ev,
         ):
             results = await ev.evaluate_many(sim.base_url, examples(4))
             sdk_calls = ev.statistics().models.sdk_calls
@@ -49,7 +52,7 @@ class TestRoutedInEveryExecutor:
         metric = write(tmp_path, "metric.py", ACCEPT)
         async with (
             Simulator(SimulatorConfig()) as sim,
-            Evaluator(metric, program, timeout=60) as ev,
+            Evaluator(metric, program, execution="inline", timeout=60) as ev,
         ):
             assert ev.program_execution == "async"
             results = await ev.evaluate_many(sim.base_url, examples(3))
@@ -97,6 +100,7 @@ class TestRoutedInEveryExecutor:
 
 
 class TestOtherSDKs:
+    @pytest.mark.slow
     async def test_litellm_and_dspy_lm(self, tmp_path: Path) -> None:
         """litellm.completion, litellm.acompletion (through asyncio.run in the thread) and
         dspy.LM are routed and metered like the openai client."""
@@ -120,7 +124,9 @@ class TestOtherSDKs:
         metric = write(tmp_path, "metric.py", ACCEPT)
         async with (
             Simulator(SimulatorConfig()) as sim,
-            Evaluator(metric, program, program_execution="thread", timeout=60) as ev,
+            Evaluator(
+                metric, program, execution="inline", program_execution="thread", timeout=60
+            ) as ev,
         ):
             results = await ev.evaluate_many(sim.base_url, examples(2))
         seen = sim.statistics()
@@ -140,7 +146,7 @@ class TestWhatIsNotRouted:
 
         async with (
             Simulator(SimulatorConfig()) as sim,
-            Evaluator(metric, timeout=10) as ev,
+            Evaluator(metric, execution="inline", timeout=10) as ev,
             openai.AsyncOpenAI(base_url=sim.base_url, api_key="sk-host") as client,
         ):
             reply = await client.chat.completions.create(
@@ -171,7 +177,7 @@ class TestWhatIsNotRouted:
         async with Simulator(SimulatorConfig()) as sim:
             # The simulator must answer while the loop is blocked: in its own thread.
             with Simulator(SimulatorConfig()).running_in_thread() as threaded:
-                async with Evaluator(metric, program, timeout=30) as ev:
+                async with Evaluator(metric, program, execution="inline", timeout=30) as ev:
                     results = await ev.evaluate_many(threaded.base_url, examples(1))
             del sim
         (result,) = results
@@ -196,7 +202,9 @@ class TestWhatIsNotRouted:
         metric = write(tmp_path, "metric.py", ACCEPT)
         async with (
             Simulator(SimulatorConfig()) as sim,
-            Evaluator(metric, program, program_execution="thread", timeout=30) as ev,
+            Evaluator(
+                metric, program, execution="inline", program_execution="thread", timeout=30
+            ) as ev,
         ):
             results = await ev.evaluate_many(sim.base_url, examples(1))
         (result,) = results

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from llm_client import Simulator
+from tests._helpers import until
 
-from ..conftest import until, user
+from ..conftest import user
 from .conftest import chat_request, raw, read_reply
 
 

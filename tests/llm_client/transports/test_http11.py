@@ -10,8 +10,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 from llm_client import HTTPRequest, HTTPTransport, TransportError
-
-from ..conftest import until
+from tests._helpers import until
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

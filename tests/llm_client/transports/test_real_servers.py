@@ -12,8 +12,8 @@ import psutil
 import pytest
 
 from llm_client import HTTPRequest, Transport, TransportError
+from tests._helpers import until
 
-from ..conftest import until
 from .conftest import LARGE, PAYLOAD
 
 pytestmark = pytest.mark.timeout(60)

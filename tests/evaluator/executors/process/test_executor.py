@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -24,6 +23,10 @@ from evaluator._exceptions import ConfigError
 from evaluator._executors._process._executor import ProcessExecutor, ProcessExecutorStatistics
 from evaluator._loader import UserFunction, load_function
 from llm_client import LLMError
+from tests._helpers import write
+
+# Real worker processes are what these tests are about (the mark implies slow).
+pytestmark = pytest.mark.process
 
 # One metric file that behaves by the example's input: each mode exercises one way a
 # user function can fail. At import it records its pid, to count imports per process.
@@ -65,15 +68,9 @@ def score(input, output, expected=None):
 """
 
 
-def _write(folder: Path, name: str, source: str) -> Path:
-    path = folder / name
-    path.write_text(textwrap.dedent(source))
-    return path
-
-
 @pytest.fixture
 def chaos(tmp_path: Path) -> UserFunction:
-    return load_function(_write(tmp_path, "metric.py", CHAOS), "score")
+    return load_function(write(tmp_path, "metric.py", CHAOS), "score")
 
 
 def _call(i: int, mode: str = "ok", output: Any = "a", **extra: Any) -> ScoreCall:
@@ -213,7 +210,7 @@ class TestProcessExecutor:
     @pytest.mark.slow
     async def test_run_stage_timeout_is_program_timeout(self, tmp_path: Path) -> None:
         """A hung `run` in a worker gives program_timeout (tolerance: 0.3 s timeout, 10 s)."""
-        program = _write(
+        program = write(
             tmp_path,
             "program.py",
             """
@@ -409,7 +406,7 @@ class TestProcessExecutor:
     async def test_file_that_kills_its_workers(self, tmp_path: Path) -> None:
         """A file whose import kills workers (no message sent) stops being retried after
         a few start-ups: every call fails with worker_crash, no spare is started."""
-        path = _write(
+        path = write(
             tmp_path,
             "metric.py",
             f"""
@@ -433,7 +430,7 @@ class TestProcessExecutor:
         """A file whose import calls os._exit in workers is named by the worker before it
         goes: every call fails with worker_crash saying the file exited while importing,
         with its code and line; no spare is started."""
-        path = _write(
+        path = write(
             tmp_path,
             "metric.py",
             f"""
@@ -457,7 +454,7 @@ class TestProcessExecutor:
     async def test_file_that_fails_in_workers(self, tmp_path: Path) -> None:
         """A file that imports in the engine but not in a worker fails every call with
         worker_crash naming the cause, instead of restarting workers for ever."""
-        path = _write(
+        path = write(
             tmp_path,
             "metric.py",
             f"""
@@ -546,7 +543,7 @@ asyncio.run(main())
 
 @pytest.fixture
 def parent_script(tmp_path: Path) -> Path:
-    return _write(tmp_path, "parent.py", PARENT)
+    return write(tmp_path, "parent.py", PARENT)
 
 
 @pytest.mark.slow

@@ -19,8 +19,13 @@ from evaluator._calls import Outcome, ScoreCall
 from evaluator._executors._process._executor import ProcessExecutor, ProcessExecutorStatistics
 from evaluator._executors._process._forkserver import fork_supported
 from evaluator._loader import UserFunction, load_function
+from tests._helpers import until
 
-pytestmark = pytest.mark.skipif(not fork_supported(), reason="the fork server is Linux only")
+# Real worker processes are what these tests are about (the mark implies slow).
+pytestmark = [
+    pytest.mark.process,
+    pytest.mark.skipif(not fork_supported(), reason="the fork server is Linux only"),
+]
 
 # Records each process that imports it; ``thread`` makes the import start a thread,
 # ``keep`` makes it keep a file open.
@@ -63,13 +68,11 @@ def _kinds(outcomes: list[Outcome]) -> list[str]:
 async def _until(
     ex: ProcessExecutor, ready: Callable[[ProcessExecutorStatistics], bool]
 ) -> ProcessExecutorStatistics:
-    """Poll the statistics (at most 20 s) until ``ready``."""
-    for _ in range(2000):
-        stats = ex.statistics()
-        if ready(stats):
-            return stats
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"not reached in 20 s: {ex.statistics()}")
+    """The statistics, once ``ready`` holds of them."""
+    return await until(
+        lambda: stats if ready(stats := ex.statistics()) else None,
+        lambda: f"ready: {ex.statistics()}",
+    )
 
 
 def _server_ready(stats: ProcessExecutorStatistics) -> bool:
@@ -193,20 +196,24 @@ class TestForkServer:
         assert [p for p in psutil.Process().children(recursive=True) if p.is_running()] == []
 
     def test_signals_of_a_forked_worker(self, tmp_path: Path) -> None:
-        """A forked worker ignores SIGINT, as a spawned one does (the terminal's Ctrl-C is
-        the engine's to handle), and has SIGCHLD back at its default."""
+        """A forked worker ignores neither SIGINT nor SIGTERM (what user code starts must
+        not inherit an ignored signal), leads a process group of its own (the terminal's
+        Ctrl-C is the engine's to handle), and has SIGCHLD back at its default."""
 
-        async def main() -> tuple[str, str]:
+        async def main() -> tuple[str, str, int, int]:
             fn = _metric(tmp_path)
             async with ProcessExecutor(fn, "score", timeout=30, workers=1) as ex:
                 pid = await _forked_pid(ex)
                 status = await asyncio.to_thread(Path(f"/proc/{pid}/status").read_text)
+                group = os.getpgid(pid)
             fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
-            return fields["SigIgn"].strip(), fields["SigCgt"].strip()
+            return fields["SigIgn"].strip(), fields["SigCgt"].strip(), pid, group
 
-        ignored, caught = asyncio.run(main())
-        assert int(ignored, 16) & (1 << (signal.SIGINT - 1))
+        ignored, caught, pid, group = asyncio.run(main())
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            assert not int(ignored, 16) & (1 << (sig - 1))
         assert not int(caught, 16) & (1 << (signal.SIGCHLD - 1))
+        assert group == pid != os.getpgid(0)
 
     async def test_fork_server_can_be_turned_off(self, tmp_path: Path) -> None:
         """With fork_server=False no fork server starts: replacements after crashes are

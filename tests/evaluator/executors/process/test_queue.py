@@ -241,6 +241,29 @@ class TestWorkerLost:
         assert all(o.error.kind == "worker_crash" for o in job.results)
         assert f"died {MAX_ATTEMPTS} times" in job.results[0].error.message
 
+    def test_the_error_of_a_call_given_up_is_the_queues(self) -> None:
+        """A queue made with its own ``gave_up`` (the Ray executor's, for lost actors)
+        fails a call tried MAX_ATTEMPTS times with that error, told the attempts; the
+        others go back to the front, counted as requeued."""
+        told: list[int] = []
+
+        def lost(attempts: int) -> ErrorInfo:
+            told.append(attempts)
+            return ErrorInfo("worker_crash", f"actors lost {attempts} times")
+
+        queue = WorkQueue(gave_up=lost)
+        job, done = _job(3)
+        queue.add(job)
+        batch, _ = _send(queue, 3)
+        queue.requeue(
+            [*queue.positions(batch, 0, 1, MAX_ATTEMPTS), *queue.positions(batch, 1, 3, 1)]
+        )
+        assert told == [MAX_ATTEMPTS] and done.times == 0
+        assert job.results[0].error == ErrorInfo(
+            "worker_crash", f"actors lost {MAX_ATTEMPTS} times"
+        )
+        assert (queue.pending_count, queue.requeued) == (2, 2)
+
     def test_only_the_first_batch_is_penalised(self) -> None:
         """A queued batch the dead worker never started is requeued without penalty."""
         queue = WorkQueue()

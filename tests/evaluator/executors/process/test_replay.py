@@ -3,7 +3,6 @@ runs again because its worker died (``_relay.Replies`` and the process executor)
 
 from __future__ import annotations
 
-import asyncio
 import textwrap
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -16,6 +15,10 @@ from evaluator._executors._process._executor import ProcessExecutor
 from evaluator._executors._process._relay import Replies
 from evaluator._loader import UserFunction, load_function
 from llm_client import ModelClient, ModelConfig, Simulator, SimulatorConfig
+from tests._helpers import until
+
+# Real worker processes are what these tests are about (the mark implies slow).
+pytestmark = pytest.mark.process
 
 # The metric asks the model once, and returns with its feedback a value that SIGKILLs its
 # worker the first time it is pickled: the worker dies after the call has finished, while
@@ -193,22 +196,20 @@ class TestReplayOfRoutedSDKCalls:
             marker = str(tmp_path / f"killed-{name}")
             return {"id": name, "input": {"url": sim.base_url, "marker": marker}, "output": "a"}
 
-        async def until(ready: Callable[[Any], bool]) -> Any:
-            for _ in range(2000):  # at most 20 s
-                stats = ev.statistics().metric
-                if ready(stats):
-                    return stats
-                await asyncio.sleep(0.01)
-            raise AssertionError(f"not reached: {ev.statistics().metric}")
+        async def ready(holds: Callable[[Any], bool]) -> Any:
+            return await until(
+                lambda: stats if holds(stats := ev.statistics().metric) else None,
+                lambda: f"ready: {ev.statistics().metric}",
+            )
 
         results = []
         async with Evaluator(metric, execution="process", workers=1, timeout=60) as ev:
             (tmp_path / "killed-warm").write_text("not this one")
             (warm,) = await ev.evaluate_many(None, [row("warm")])
-            await until(lambda s: s.spare_ready and s.fork_server not in (None, "starting"))
+            await ready(lambda s: s.spare_ready and s.fork_server not in (None, "starting"))
             results += await ev.evaluate_many(None, [row("e0")])
             # The spawned spare took the dead worker's place; the new spare is forked.
-            before = await until(lambda s: s.spare_ready)
+            before = await ready(lambda s: s.spare_ready)
             assert (before.spares_started, before.workers_forked) == (2, 1)
             results += await ev.evaluate_many(None, [row("e1")])  # rerun in the forked one
             stats = ev.statistics().metric

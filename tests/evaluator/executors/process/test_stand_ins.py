@@ -17,9 +17,14 @@ from evaluator._executors._process._forkserver import fork_supported
 from evaluator._executors._process._pool import cpu_state
 from evaluator._loader import load_function
 
-pytestmark = pytest.mark.skipif(
-    not fork_supported() or cpu_state(1) is None, reason="stand-ins need the fork server and /proc"
-)
+# Real worker processes are what these tests are about (the mark implies slow).
+pytestmark = [
+    pytest.mark.process,
+    pytest.mark.skipif(
+        not fork_supported() or cpu_state(1) is None,
+        reason="stand-ins need the fork server and /proc",
+    ),
+]
 
 METRIC = """
 import os

@@ -16,6 +16,9 @@ import pytest
 from evaluator._exceptions import ConfigError
 from evaluator._executors._ray import _cluster
 
+# A real Ray instance or cluster (the mark implies slow).
+pytestmark = pytest.mark.ray
+
 #: The real one: the tests but the last replace it with a no-op.
 bound_client_closes = _cluster._bound_client_closes
 ADDRESS = "ray://127.0.0.1:10001"

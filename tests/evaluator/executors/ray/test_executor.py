@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +26,12 @@ from evaluator._executors._ray._executor import RayExecutor
 from evaluator._loader import UserFunction, load_function
 from evaluator._report import report_rows
 from llm_client import LLMError
+from tests._helpers import until
 
 from .conftest import node_args
 
-pytestmark = pytest.mark.usefixtures("ray_cluster")
+# A real Ray instance or cluster (the mark implies slow).
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 
 # Behaves by the example's input, like the process executor's chaos metric; each call
 # appends its worker's pid to a file beside it, so the tests can check those processes.
@@ -103,14 +104,6 @@ def _assert_nothing_left(fn: UserFunction, ex: RayExecutor) -> None:
     assert [pid for pid in pids if not _gone(pid)] == []
 
 
-async def _until(predicate: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    """Wait until ``predicate()`` holds (a guard against hangs, not a timing check)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
-
-
 class TestResults:
     async def test_same_outcomes_as_the_process_executor(self, tmp_path: Path) -> None:
         """Values and error kinds equal the process executor's on the same calls, and the
@@ -172,11 +165,11 @@ class TestLosses:
         calls = [_call(i, "slow", seconds=0.05) for i in range(80)]
         async with RayExecutor(fn, "score", timeout=30) as ex:
             task = asyncio.ensure_future(ex.submit(calls))
-            await _until(lambda: ex.statistics().calls >= 10, "the first outcomes")
+            await until(lambda: ex.statistics().calls >= 10, "the first outcomes", timeout=60)
             victim = ex._roster.ready()[0]
             ray.kill(victim.handle, no_restart=True)
             outcomes = await task
-            await _until(lambda: ex.statistics().actors == 2, "a replacement actor")
+            await until(lambda: ex.statistics().actors == 2, "a replacement actor", timeout=60)
             stats = ex.statistics()
         assert _kinds(outcomes) == ["ok"] * 80
         assert [o.value.score for o in outcomes] == [0.5] * 80
@@ -195,10 +188,10 @@ class TestLosses:
                 assert ex.statistics().nodes == 3
                 doomed = next(m for m in ex._roster.ready() if m.node_id == node.node_id)
                 task = asyncio.ensure_future(ex.submit(calls))
-                await _until(lambda: doomed.calls_done >= 3, "work on the doomed node")
+                await until(lambda: doomed.calls_done >= 3, "work on the doomed node", timeout=60)
                 ray_cluster.remove_node(node)
                 outcomes = await task
-                await _until(lambda: ex.statistics().lost_nodes != [], "the node's loss")
+                await until(lambda: ex.statistics().lost_nodes != [], "the node's loss", timeout=60)
                 stats = ex.statistics()
         finally:
             if node in ray_cluster.worker_nodes:
@@ -218,7 +211,7 @@ class TestCancellation:
             task = asyncio.ensure_future(
                 ex.submit([_call(i, "slow", seconds=0.2) for i in range(40)])
             )
-            await _until(lambda: ex.statistics().calls >= 2, "the first outcomes")
+            await until(lambda: ex.statistics().calls >= 2, "the first outcomes", timeout=60)
             task.cancel()
             started = time.monotonic()
             with pytest.raises(asyncio.CancelledError):
