@@ -386,24 +386,30 @@ def csv_rows(path: Path, digest: Any = None) -> Generator[tuple[int, dict[str, s
     with io.FileIO(path, "rb") as raw:
         binary = io.BufferedReader(_Hashing(raw, digest) if digest is not None else raw)
         binary.read(_skip_bom(path, binary.peek(_SNIFF)[:_SNIFF]))
-        text = io.TextIOWrapper(binary, encoding="utf-8", newline="")
-        reader = csv.DictReader(text)
-        try:
-            yield from _csv_records(path, reader)
-        except csv.Error as exc:
-            raise DatasetError(path, reader.line_num, f"broken CSV: {exc}") from None
-        except UnicodeDecodeError:
-            # The wrapper decodes ahead in chunks, so find the line itself.
-            data = path.read_bytes()
-            bad = _first_bad_utf8(data)
-            line = data.count(b"\n", 0, bad) + 1
-            raise DatasetError(path, line, _not_utf8(data, bad)) from None
-        except GeneratorExit:
-            # Stopped early (a --limit): read on, so the digest is the whole file's (what
-            # the wrapper had read ahead was hashed as it was read).
-            while digest is not None and binary.read(_CHUNK):
-                pass
-            raise
+        with io.TextIOWrapper(binary, encoding="utf-8", newline="") as text:
+            yield from _csv_reading(path, text, binary, digest)
+
+
+def _csv_reading(
+    path: Path, text: io.TextIOWrapper, binary: BinaryIO, digest: Any
+) -> Generator[tuple[int, dict[str, str]], None, None]:
+    reader = csv.DictReader(text)
+    try:
+        yield from _csv_records(path, reader)
+    except csv.Error as exc:
+        raise DatasetError(path, reader.line_num, f"broken CSV: {exc}") from None
+    except UnicodeDecodeError:
+        # The wrapper decodes ahead in chunks, so find the line itself.
+        data = path.read_bytes()
+        bad = _first_bad_utf8(data)
+        line = data.count(b"\n", 0, bad) + 1
+        raise DatasetError(path, line, _not_utf8(data, bad)) from None
+    except GeneratorExit:
+        # Stopped early (a --limit): read on, so the digest is the whole file's (what the
+        # wrapper had read ahead was hashed as it was read).
+        while digest is not None and binary.read(_CHUNK):
+            pass
+        raise
 
 
 def _csv_records(path: Path, reader: csv.DictReader[str]) -> Iterator[tuple[int, dict[str, str]]]:
