@@ -20,8 +20,10 @@ recorded in a results file's header so that a resume knows what was chosen.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import random
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,15 @@ import msgspec
 from ._datafile import csv_rows, json_rows, jsonl_rows, too_deep, too_deep_problem
 from ._exceptions import ConfigError, DatasetError
 
-__all__ = ["NO_OUTPUT", "Example", "Selection", "examples_from_rows", "load_examples"]
+__all__ = [
+    "NO_OUTPUT",
+    "DatasetRead",
+    "Example",
+    "Selection",
+    "examples_from_rows",
+    "load_examples",
+    "read_dataset",
+]
 
 NO_OUTPUT: Any = msgspec.UNSET
 
@@ -263,7 +273,8 @@ def load_examples(
     input_cols: Sequence[str] | None = None,
     output_cols: Sequence[str] | None = None,
     id_col: str | None = None,
-) -> Iterator[Example]:
+    digest: Any = None,
+) -> Generator[Example, None, None]:
     """Stream the examples of a ``.jsonl``/``.ndjson``, ``.json`` or ``.csv`` file.
 
     ``id_col``: the column (key) that holds each row's id (default ``id``; a row without
@@ -271,7 +282,8 @@ def load_examples(
 
     Every bad row raises :class:`DatasetError` naming the file, the line and the problem;
     the file rules (encoding, byte-order marks, NaN, nesting) are those of
-    :mod:`evaluator._datafile`.
+    :mod:`evaluator._datafile`. ``digest`` (a ``hashlib`` object), when given, is
+    updated with every byte of the file as it is read.
     """
     p = Path(path)
     if not p.is_file():
@@ -287,10 +299,48 @@ def load_examples(
         )
     if suffix not in _READERS:
         raise DatasetError(p, None, f"unknown dataset type {suffix!r}; use .jsonl, .json or .csv")
-    return _load(p, suffix, input_cols, output_cols, id_col)
+    return _load(p, suffix, input_cols, output_cols, id_col, digest)
 
 
-_READERS: dict[str, Callable[[Path], Iterator[tuple[int | None, Any]]]] = {
+@dataclass(frozen=True, slots=True)
+class DatasetRead:
+    """One read of a dataset file: the examples a run takes (every one, or those of a
+    selection) and the SHA-256 of every byte of the file, from the same read."""
+
+    examples: list[Example]
+    sha256: str
+
+
+def read_dataset(
+    path: str | Path,
+    *,
+    input_cols: Sequence[str] | None = None,
+    output_cols: Sequence[str] | None = None,
+    id_col: str | None = None,
+    selection: Selection | None = None,
+) -> DatasetRead:
+    """The file read once: every row checked as in :func:`load_examples`, the examples
+    kept, the bytes hashed as they are read (a run's fingerprint needs no second read,
+    and names exactly the bytes its examples came from). With a ``limit`` the rows past
+    it are hashed but not parsed, as a lazy read would leave them."""
+    digest = hashlib.sha256()
+    rows = load_examples(
+        path, input_cols=input_cols, output_cols=output_cols, id_col=id_col, digest=digest
+    )
+    try:
+        if selection is None:
+            examples = list(rows)
+        elif selection.sample is not None:
+            every = list(rows)  # a sample counts, then takes: from the one read
+            examples = list(selection.select(lambda: iter(every)))
+        else:
+            examples = list(selection.select(lambda: rows))
+    finally:
+        rows.close()  # a reader stopped early hashes the rest of the file as it closes
+    return DatasetRead(examples, digest.hexdigest())
+
+
+_READERS: dict[str, Callable[[Path, Any], Generator[tuple[int | None, Any], None, None]]] = {
     ".jsonl": jsonl_rows,
     ".ndjson": jsonl_rows,
     ".json": json_rows,
@@ -304,29 +354,34 @@ def _load(
     input_cols: Sequence[str] | None,
     output_cols: Sequence[str] | None,
     id_col: str | None = None,
-) -> Iterator[Example]:
+    digest: Any = None,
+) -> Generator[Example, None, None]:
     unique = _Unique()
-    for position, (line, row) in enumerate(_READERS[suffix](p)):
-        # A JSON list has no line per row: name the item's index instead.
-        where = str(p) if line is not None else f"{p} (item {position})"
-        example = _row_to_example(
-            row,
-            position,
-            input_cols=input_cols,
-            output_cols=output_cols,
-            path=where,
-            line=line,
-            id_col=id_col,
-        )
-        try:
-            unique.check(
-                example,
-                f"line {line}" if line is not None else f"item {position}",
-                _explicit_id(row, id_col),
+    reader = _READERS[suffix](p, digest)
+    try:
+        for position, (line, row) in enumerate(reader):
+            # A JSON list has no line per row: name the item's index instead.
+            where = str(p) if line is not None else f"{p} (item {position})"
+            example = _row_to_example(
+                row,
+                position,
+                input_cols=input_cols,
+                output_cols=output_cols,
+                path=where,
+                line=line,
+                id_col=id_col,
             )
-        except _Duplicate as exc:
-            raise DatasetError(where, line, str(exc)) from None
-        yield example
+            try:
+                unique.check(
+                    example,
+                    f"line {line}" if line is not None else f"item {position}",
+                    _explicit_id(row, id_col),
+                )
+            except _Duplicate as exc:
+                raise DatasetError(where, line, str(exc)) from None
+            yield example
+    finally:
+        reader.close()  # stopped early: the reader finishes its digest as it closes
 
 
 class Selection(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=False):

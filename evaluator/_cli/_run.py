@@ -2,7 +2,8 @@
 
 Flow: ``--output`` is checked with the flags (``check_output_path``: a path that cannot
 be written fails in a second, not after the contract check). Then the dataset is read
-once (every row checked, counted, its ids kept) and the results file opened
+once (every row checked, counted, its bytes hashed for the fingerprint, the examples kept
+for the run) and the results file opened
 (``open_results``): its lock is held until the run ends, so a second run writing the same
 file is refused; a new file gets a header with the run's fingerprints; ``--resume``
 refuses a file whose results were made with other files unless ``--force``, counts each
@@ -76,6 +77,10 @@ class _Plan:
 
     total: int
     first: list[Example]
+    #: Every example the run takes, from the one read of the dataset.
+    examples: list[Example] = field(default_factory=list)
+    #: The SHA-256 of the dataset file's bytes, hashed in that read.
+    sha256: str = ""
     ids: list[Any] = field(default_factory=list)
     done: set[Any] = field(default_factory=set)
     builder: ReportBuilder = field(default_factory=ReportBuilder)
@@ -121,14 +126,17 @@ def _warn_all(messages: Iterable[str]) -> None:
 
 
 def _plan(options: RunOptions) -> _Plan:
-    """Read the dataset once: validate every row, count it, keep its id and the first
-    examples."""
-    plan = _Plan(total=0, first=[])
-    for example in options.data.examples():
-        if plan.total < CHECK_EXAMPLES:
-            plan.first.append(example)
-        plan.ids.append(example.id)
-        plan.total += 1
+    """Read the dataset once: validate every row, hash the file's bytes, keep the
+    examples (the run takes them from memory: no second read, no second parse)."""
+    read = options.data.read()
+    examples = read.examples
+    plan = _Plan(
+        total=len(examples),
+        first=examples[:CHECK_EXAMPLES],
+        examples=examples,
+        sha256=read.sha256,
+        ids=[example.id for example in examples],
+    )
     if plan.total == 0:
         raise ConfigError(
             f"{options.data.path}: the dataset has no examples",
@@ -188,6 +196,7 @@ def _results_file(options: RunOptions, plan: _Plan) -> Iterator[ResultsWriter | 
         output_cols=options.data.output_cols,
         selection=options.data.selection,
         id_col=options.data.id_col,
+        dataset_sha256=plan.sha256,
     )
     writer, resumed = open_results(
         path,
@@ -372,11 +381,11 @@ def _say(message: str, out: Console, json: bool) -> None:
         out.print(message, markup=False, soft_wrap=True)
 
 
-def _todo(options: RunOptions, done: set[Any]) -> Iterator[Example]:
-    examples = options.data.examples()
-    if not done:
-        return examples
-    return (ex for ex in examples if ex.id not in done)
+def _todo(plan: _Plan) -> Iterator[Example]:
+    if not plan.done:
+        return iter(plan.examples)
+    done = plan.done
+    return (ex for ex in plan.examples if ex.id not in done)
 
 
 async def _evaluate(
@@ -391,7 +400,7 @@ async def _evaluate(
     live = sys.stderr.isatty() and not options.json
     handle = partial(_handle, writer=writer, plan=plan, ev=ev)
     with RunProgress(plan.total, len(plan.done) - len(checked), live=live) as progress:
-        stream = ev.stream(options.artifact, _todo(options, plan.done))
+        stream = ev.stream(options.artifact, _todo(plan))
         try:
             if checked:  # made by the check, before the clock started
                 handle(checked, progress, timed=False)

@@ -362,6 +362,11 @@ class Flow:
         """
         n = len(examples)
         started = self._clock()
+        # Started before any chunk ended: it waits out the executors' start (worker
+        # processes importing the user's file take a second on a loaded machine), which
+        # says nothing of the time per example. Taken as evidence, that second made the
+        # chunks one example each, and thousands of them in flight took long to undo.
+        cold = self._last_done is None
         base = self.next_token
         self.next_token = base + n
         self.tenants.add(base, n, share)
@@ -389,7 +394,8 @@ class Flow:
         now = self._clock()
         gap = (now - self._last_done) / 1e9 if self._last_done is not None else None
         self._last_done = now
-        self.sizer.observe(n, (now - started) / 1e9, in_flight, gap)
+        if not cold:
+            self.sizer.observe(n, (now - started) / 1e9, in_flight, gap)
         self.examples += n
         self.ok += n - errors
         if self.telemetry is not None:  # OpenTelemetry hook: spans and metrics, after the fact
