@@ -215,12 +215,16 @@ class CacheSummary(msgspec.Struct, frozen=True, kw_only=True):
     run again and replaced."""
 
 
-def result_cost(result: Result) -> float | None:
-    """What ``result`` cost, program and judge (a program that did not run cost nothing);
-    None when either part was unmeasured."""
+def stage_costs(result: Result) -> tuple[float | None, float | None]:
+    """What ``result``'s program and judge cost (a program that did not run cost
+    nothing); None for a part that was unmeasured."""
     obs = result.observation
-    program = 0.0 if obs.duration_ms is None else obs.cost_usd
-    judge = result.judge.cost_usd
+    return (0.0 if obs.duration_ms is None else obs.cost_usd), result.judge.cost_usd
+
+
+def result_cost(result: Result) -> float | None:
+    """What ``result`` cost, program and judge; None when either part was unmeasured."""
+    program, judge = stage_costs(result)
     return None if program is None or judge is None else program + judge
 
 
@@ -248,7 +252,8 @@ class _CacheTally:
         self.program_unmeasured = self.judge_unmeasured = 0
 
     def add(self, result: Result) -> None:
-        cost = result_cost(result)
+        program, judge = stage_costs(result)
+        cost = None if program is None or judge is None else program + judge
         if result.cached:
             self.cached += 1
             if cost is None:

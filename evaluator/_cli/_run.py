@@ -161,7 +161,7 @@ def _warn_unused_output_cols(options: RunOptions) -> None:
     reader = _READERS.get(Path(data.path).suffix.lower())
     if reader is None:
         return
-    for _, row in reader(Path(data.path)):
+    for _, row in reader(Path(data.path), None):
         expected = row.get("expected") if isinstance(row, dict) else None
         if len(data.output_cols) == 1 and expected is not None and not isinstance(expected, dict):
             return  # wrapped: it did something
