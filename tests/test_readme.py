@@ -62,14 +62,15 @@ def sessions(block: str) -> list[tuple[str, list[str]]]:
 
 
 def stable(lines: list[str]) -> list[str]:
-    """The lines that must be the same on every machine, table rows as ``label = value``."""
+    """The lines that must be the same on every machine, table rows as ``label = value``
+    (a race's are too: its order of examples is seeded, its candidates deterministic)."""
     out = []
     for line in lines:
         if "│" in line:
             cells = [c.strip() for c in line.strip("│ ").split("│")]
             if len(cells) == 2 and cells[0].startswith(STABLE_ROWS):
                 out.append(f"{cells[0]} = {cells[1]}")
-        elif line.startswith(("✓", "✗", "    example ", "Contract check ")):
+        elif line.startswith(("✓", "✗", "    example ", "Contract check ", "winner: ", "spent: ")):
             out.append(line.rstrip())
     return out
 
