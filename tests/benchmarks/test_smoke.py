@@ -18,6 +18,7 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
         "bench_cpu.py",
         "bench_dspy_judge.py",
         "bench_e2e.py",
+        "bench_economics.py",
         "bench_fair.py",
         "bench_faults.py",
         "bench_llm.py",
