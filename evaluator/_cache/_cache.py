@@ -180,6 +180,7 @@ class ResultCache:
         self._claimed: set[bytes] = set()  # this cache's claims in the file, unstored
         self._owns_rows = False  # it made claim rows (stored keys' rows go when it closes)
         self._releasing: list[bytes] = []
+        self._claiming: list[tuple[list[bytes | None], asyncio.Future[Any]]] = []
         self._owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(6)}"
         self._wake_poller: asyncio.Event | None = None
         self._helpers: list[asyncio.Task[None]] = []  # the poller and the lease renewer
@@ -242,11 +243,7 @@ class ResultCache:
                 event.set()
         if tasks:
             await asyncio.wait(tasks)
-        for future in (*self._inflight.values(), *self._remote.values()):
-            if not future.done():
-                future.set_result(None)
-        self._inflight.clear()
-        self._remote.clear()
+        self._give_up()
         if self._owns_rows:  # its rows and lease go: what is left unstored is free now
             self._claimed.clear()
             self._releasing.clear()
@@ -274,6 +271,17 @@ class ResultCache:
                 CacheWarning,
                 stacklevel=2,
             )
+
+    def _give_up(self) -> None:
+        """Closing: whoever still waits (for a key, or a claim's answer) gets None."""
+        waiting = [*self._inflight.values(), *self._remote.values()]
+        waiting += [future for _, future in self._claiming]
+        for future in waiting:
+            if not future.done():
+                future.set_result(None)
+        self._claiming.clear()
+        self._inflight.clear()
+        self._remote.clear()
 
     async def _close_disk(self) -> None:
         tiers, self._disk = list(self._disk.values()), {}
@@ -340,19 +348,19 @@ class ResultCache:
         (by another process) or claimed by another process become waits, the poller's."""
         keys = [found.keys[i] for i in claiming]
         try:
-            answer = await self._disk_call("write", "claim_many", keys, self._owner, self.lease)
+            answer = await self._claim_many(keys)
         except BaseException:
             self._releasing.extend(k for k in keys if k is not None)
             self.release(found)
             raise
         if answer is None:  # the disk is gone: this process's chunks still share the key
             return
-        stored, mine = answer
-        self._claimed.update(mine)
+        stored, claimed = answer  # for every chunk that claimed in that transaction
+        mine = set(claimed)
+        self._claimed.update(k for k in keys if k is not None and k in mine)
         self._owns_rows = True
-        if len(mine) == len(keys):
+        if all(k in mine for k in keys):
             return
-        mine = set(mine)
         moved = set()
         for i in claiming:
             key = found.keys[i]
@@ -378,6 +386,16 @@ class ResultCache:
         found.positions = [found.positions[j] for j in keep]
         if self._remote and self._wake_poller is not None:
             self._wake_poller.set()
+
+    async def _claim_many(self, keys: list[bytes | None]) -> Any:
+        """The file's answer to claiming ``keys``, from the writer's next transaction (all
+        the chunks claiming at once and the stores pending share it); None without disk."""
+        if self._writer is None or self._writer.done() or self._wake is None or self._closing:
+            return None
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._claiming.append((keys, future))
+        self._wake.set()
+        return await future
 
     async def wait(self, found: Lookup, examples: Sequence[Example]) -> list[int]:
         """Wait for the results of ``found.waits`` and put them in ``found.hits``; the
@@ -539,17 +557,30 @@ class ResultCache:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            while self._pending or self._replacing or self._releasing:
-                owner = self._owner
-                batch, self._pending = self._pending, []
-                if batch:
-                    await self._disk_call("write", "put_many", batch)
-                batch, self._replacing = self._replacing, []
-                if batch:
-                    await self._disk_call("write", "put_many", batch, True)
+            while self._pending or self._replacing or self._releasing or self._claiming:
+                # One transaction for all: the stores, the claims ended, and the claims
+                # of every chunk looking up now (a claim waits at most one of these).
+                items, self._pending = self._pending, []
+                replacing, self._replacing = self._replacing, []
                 released, self._releasing = self._releasing, []
-                if released:
-                    await self._disk_call("write", "release", owner, released)
+                claiming, self._claiming = self._claiming, []
+                claims = [k for keys, _ in claiming for k in keys]
+                answer = None
+                try:
+                    answer = await self._disk_call(
+                        "write",
+                        "write",
+                        items,
+                        replacing,
+                        released,
+                        claims,
+                        self._owner,
+                        self.lease,
+                    )
+                finally:
+                    for _, future in claiming:
+                        if not future.done():
+                            future.set_result(None if not self._disk else answer)
             if self._closing:
                 return
 

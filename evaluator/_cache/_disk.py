@@ -166,10 +166,38 @@ class DiskStore:
         """Claim those ``keys`` that have no result and no live claim, in one transaction,
         renewing ``owner``'s lease for ``lease`` seconds: the values stored meanwhile, and
         the keys claimed (the rest are another owner's, live)."""
+        return self.write(claims=keys, owner=owner, lease=lease)
+
+    def write(
+        self,
+        items: Sequence[tuple[bytes, bytes]] = (),
+        replacing: Sequence[tuple[bytes, bytes]] = (),
+        released: Sequence[bytes] = (),
+        claims: Sequence[bytes] = (),
+        owner: str = "",
+        lease: float = 0.0,
+    ) -> tuple[dict[bytes, bytes], list[bytes]]:
+        """One transaction: store ``items`` (``INSERT OR IGNORE``) and ``replacing`` (their
+        stored values failed their check), end ``owner``'s claims on ``released``, and
+        claim ``claims`` as :meth:`claim_many` does; its answer for ``claims``."""
         now = time.time()
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
+            for verb, batch in (("IGNORE", items), ("REPLACE", replacing)):
+                if batch:
+                    conn.executemany(
+                        f"INSERT OR {verb} INTO results (key, value, created) VALUES (?, ?, ?)",
+                        [(k, v, now) for k, v in batch],
+                    )
+            if released:
+                conn.executemany(
+                    "DELETE FROM claims WHERE key = ? AND owner = ?", [(k, owner) for k in released]
+                )
+            if not claims:
+                conn.execute("COMMIT")
+                return {}, []
+            keys = claims
             conn.execute("INSERT OR REPLACE INTO owners VALUES (?, ?)", (owner, now + lease))
             found = self._select(keys)
             rest = [k for k in keys if k not in found]
