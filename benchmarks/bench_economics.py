@@ -83,7 +83,7 @@ async def bench_dedup(folder: Path, smoke: bool) -> None:
         elapsed = time.perf_counter() - started
         requests = sim.statistics().requests
     assert all(len(run) == n and all(r.ok for r in run) for run in runs)
-    shared = stats.shared if stats is not None else 0
+    shared = getattr(stats, "shared", 0)  # (an engine before issue 28 has no such count)
     print(
         f"   4 evaluate_many at once, one Evaluator: {requests:,} requests for {n:,} keys "
         f"(requests / (keys x 2) = {requests / (2 * n):.2f}; 4.00 would be paying for "
@@ -105,8 +105,16 @@ async def bench_dedup(folder: Path, smoke: bool) -> None:
         pipe = asyncio.subprocess.PIPE
         started = time.perf_counter()
         procs = [
-            await asyncio.create_subprocess_exec(*command, stdout=pipe, stderr=pipe, env=env)
-            for _ in range(2)
+            await asyncio.create_subprocess_exec(
+                *command,
+                "--output",
+                str(folder / f"run{i}.jsonl"),
+                stdout=pipe,
+                stderr=pipe,
+                env=env,
+                cwd=folder,
+            )
+            for i in range(2)
         ]
         reports = []
         for proc in procs:
@@ -117,7 +125,7 @@ async def bench_dedup(folder: Path, smoke: bool) -> None:
         elapsed = time.perf_counter() - started
         requests = sim.statistics().requests
     executed = [r["cache"]["executed"] for r in reports]
-    shared_runs = [r["cache"]["shared"] for r in reports]
+    shared_runs = [r["cache"].get("shared", 0) for r in reports]
     print(
         f"   2 CLI runs together, one --cache DIR: {requests:,} requests for {n:,} keys "
         f"(requests / (keys x 2) = {requests / (2 * n):.2f}; 2.00 would be paying for "

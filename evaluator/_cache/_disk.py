@@ -145,28 +145,10 @@ class DiskStore:
     def put_many(self, items: Sequence[tuple[bytes, bytes]], replace: bool = False) -> None:
         """Store ``items`` in one transaction; a key already stored keeps its value, unless
         ``replace`` (its value failed its check on reading: the new one takes its place)."""
-        now = time.time()
-        conn = self._conn
-        verb = "REPLACE" if replace else "IGNORE"
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.executemany(
-                f"INSERT OR {verb} INTO results (key, value, created) VALUES (?, ?, ?)",
-                [(k, v, now) for k, v in items],
-            )
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
-
-    def claim_many(
-        self, keys: Sequence[bytes], owner: str, lease: float
-    ) -> tuple[dict[bytes, bytes], list[bytes]]:
-        """Claim those ``keys`` that have no result and no live claim, in one transaction,
-        renewing ``owner``'s lease for ``lease`` seconds: the values stored meanwhile, and
-        the keys claimed (the rest are another owner's, live)."""
-        return self.write(claims=keys, owner=owner, lease=lease)
+        if replace:
+            self.write(replacing=items)
+        else:
+            self.write(items)
 
     def write(
         self,
@@ -177,9 +159,12 @@ class DiskStore:
         owner: str = "",
         lease: float = 0.0,
     ) -> tuple[dict[bytes, bytes], list[bytes]]:
-        """One transaction: store ``items`` (``INSERT OR IGNORE``) and ``replacing`` (their
-        stored values failed their check), end ``owner``'s claims on ``released``, and
-        claim ``claims`` as :meth:`claim_many` does; its answer for ``claims``."""
+        """One transaction: store ``items`` (a key already stored keeps its value) and
+        ``replacing`` (their stored values failed their check: these take their place),
+        end ``owner``'s claims on ``released``, and claim those ``claims`` that have no
+        result and no live claim, renewing ``owner``'s lease for ``lease`` seconds. The
+        answer, for ``claims``: the values stored meanwhile, and the keys claimed (the
+        rest are another owner's, live)."""
         now = time.time()
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
@@ -246,18 +231,13 @@ class DiskStore:
             "UPDATE owners SET expires = ? WHERE owner = ?", (time.time() + lease, owner)
         )
 
-    def release(self, owner: str, keys: Sequence[bytes] | None = None) -> None:
-        """End ``owner``'s claims on ``keys`` (all of them when None): others take over."""
+    def release(self, owner: str) -> None:
+        """End ``owner``'s claims and lease (it closes): others take its keys over now."""
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
-            if keys is None:
-                conn.execute("DELETE FROM claims WHERE owner = ?", (owner,))
-                conn.execute("DELETE FROM owners WHERE owner = ?", (owner,))
-            else:
-                conn.executemany(
-                    "DELETE FROM claims WHERE key = ? AND owner = ?", [(k, owner) for k in keys]
-                )
+            conn.execute("DELETE FROM claims WHERE owner = ?", (owner,))
+            conn.execute("DELETE FROM owners WHERE owner = ?", (owner,))
             conn.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):

@@ -235,8 +235,16 @@ class TestAcrossProcesses:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         pipe = asyncio.subprocess.PIPE
         runs = [
-            await asyncio.create_subprocess_exec(*command, stdout=pipe, stderr=pipe, env=env)
-            for _ in range(2)
+            await asyncio.create_subprocess_exec(
+                *command,
+                "--output",
+                str(tmp_path / f"run{i}.jsonl"),
+                stdout=pipe,
+                stderr=pipe,
+                env=env,
+                cwd=tmp_path,
+            )
+            for i in range(2)
         ]
         reports = []
         async with asyncio.timeout(300):
