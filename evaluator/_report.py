@@ -213,6 +213,11 @@ class CacheSummary(msgspec.Struct, frozen=True, kw_only=True):
     damaged: int | None = None
     """Stored values that failed their check (cut short, changed, from another version):
     run again and replaced."""
+    shared: int | None = None
+    """Examples whose key another evaluation (or run on the same cache) was paying for at
+    the same time: they waited for its result instead of paying again."""
+    taken_over: int | None = None
+    """Of those waits, the ones whose owner failed, was cancelled or crashed: run here."""
 
 
 def stage_costs(result: Result) -> tuple[float | None, float | None]:
@@ -296,6 +301,8 @@ class _CacheTally:
             uncacheable=getattr(stats, "uncacheable", None),
             disk=getattr(stats, "disk", None),
             damaged=getattr(stats, "damaged", None),
+            shared=getattr(stats, "shared", None),
+            taken_over=getattr(stats, "taken_over", None),
         )
 
 
@@ -739,7 +746,10 @@ def _cache_rows(cache: CacheSummary | None) -> Rows:
 
     tiers = ""
     if cache.memory_hits is not None and cache.disk_hits is not None:
-        tiers = f" (memory {cache.memory_hits:,}, disk {cache.disk_hits:,})"
+        tiers = f" (memory {cache.memory_hits:,}, disk {cache.disk_hits:,}"
+        if cache.shared:
+            tiers += f", shared in flight {cache.shared:,}"
+        tiers += ")"
     rows: Rows = [
         (
             "cache",

@@ -22,6 +22,17 @@ cache closes; lookups read on a second connection meanwhile (WAL: readers never 
 the writer). A disk that fails during a run drops the disk tier with a
 :class:`CacheWarning`: the run goes on with the memory tier; the next open checks the
 file and moves it aside if it is bad.
+
+One payment per identical call (issue 28): a key being paid for is *in flight*
+(``_inflight``: key to a future of its sealed value). A lookup that misses a key another
+chunk is paying for waits for that one's result instead of paying again (``Lookup.waits``,
+:meth:`ResultCache.wait`); the owner's :meth:`~ResultCache.store` gives it the value, and
+an owner that fails (errors are not stored) or is cancelled gives ``None``
+(:meth:`~ResultCache.release`): the waiter looks up again and one of them pays. With a
+disk tier the claim is also a row in the file's ``claims`` table, a lease renewed while
+the run holds it, so that other processes on the same cache wait too (they poll the file
+for the result, from one task, every 50 ms backing off to 1 s) and take over when the
+owner gives up, or crashes and its lease runs out.
 """
 
 from __future__ import annotations
@@ -29,6 +40,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import hashlib
+import os
+import secrets
+import socket
 import sqlite3
 import warnings
 from collections.abc import Sequence
@@ -47,6 +61,11 @@ __all__ = ["DEFAULT_MEMORY_BYTES", "CacheStatistics", "Lookup", "ResultCache", "
 
 #: The memory tier's bound: the oldest entries go first once it holds this much.
 DEFAULT_MEMORY_BYTES = 512 * 1024 * 1024
+#: How long a claim on the disk holds without renewal (renewed every third of it): a
+#: crashed owner's keys are taken over this long after it died.
+DEFAULT_LEASE_SECONDS = 15.0
+#: Polling another process's claim: the first interval, doubled while nothing changes.
+_POLL_FIRST, _POLL_MAX = 0.05, 1.0
 
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder(Result).decode
@@ -102,21 +121,29 @@ class CacheStatistics(msgspec.Struct, frozen=True, kw_only=True):
     damaged: int = 0
     """Stored values that failed their check (cut short, changed, from another version):
     run again as misses, and replaced."""
+    shared: int = 0
+    """Examples whose key another evaluation was paying for: they waited and took its
+    result (a hit) instead of paying again."""
+    taken_over: int = 0
+    """Waits whose owner failed, was cancelled or crashed: looked up again and run."""
     measured: bool = False
     """The metric's scores depend on measured speed or cost: hits keep the measurements
     they were scored with."""
 
 
 class Lookup:
-    """One chunk's lookup: the hits in place, the examples still to run, their keys."""
+    """One chunk's lookup: the hits in place, the examples still to run, their keys, the
+    keys it pays for (``owned``) and the positions waiting for another's (``waits``)."""
 
-    __slots__ = ("hits", "keys", "misses", "positions")
+    __slots__ = ("hits", "keys", "misses", "owned", "positions", "waits")
 
     def __init__(self, n: int) -> None:
         self.hits: list[Result | None] = [None] * n
         self.keys: list[bytes | None] = []
         self.misses: list[Example] = []
         self.positions: list[int] = []
+        self.owned: dict[bytes, asyncio.Future[bytes | None]] = {}
+        self.waits: list[tuple[int, asyncio.Future[bytes | None]]] = []
 
     @property
     def hit_count(self) -> int:
@@ -140,11 +167,23 @@ class ResultCache:
         directory: Path | None = None,
         measured: bool = False,
         max_memory_bytes: int = DEFAULT_MEMORY_BYTES,
+        lease: float | None = None,
     ) -> None:
         self.keys = keys
         self.directory = directory
         self.measured = measured
         self.max_memory_bytes = max_memory_bytes
+        self.lease = DEFAULT_LEASE_SECONDS if lease is None else lease
+        # Keys being paid for now, by this cache's chunks or (``_remote``) another process.
+        self._inflight: dict[bytes, asyncio.Future[bytes | None]] = {}
+        self._remote: dict[bytes, asyncio.Future[bytes | None]] = {}
+        self._claimed: set[bytes] = set()  # this cache's claims in the file, unstored
+        self._owns_rows = False  # it made claim rows (stored keys' rows go when it closes)
+        self._releasing: list[bytes] = []
+        self._claiming: list[tuple[list[bytes | None], asyncio.Future[Any]]] = []
+        self._owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(6)}"
+        self._wake_poller: asyncio.Event | None = None
+        self._helpers: list[asyncio.Task[None]] = []  # the poller and the lease renewer
         self._memory: dict[bytes, bytes] = {}
         self._memory_bytes = 0
         # Two connections on two threads: WAL lets a chunk's lookup read while the
@@ -165,7 +204,7 @@ class ResultCache:
         self._counts = dict.fromkeys(
             ("lookups", "memory_hits", "disk_hits", "misses", "uncacheable", "stored"), 0
         )
-        self._counts.update(not_stored=0, disk_errors=0, damaged=0)
+        self._counts.update(not_stored=0, disk_errors=0, damaged=0, shared=0, taken_over=0)
 
     # -- lifetime ---------------------------------------------------------------------
 
@@ -183,6 +222,8 @@ class ResultCache:
             self._wake, self._wake_reader = asyncio.Event(), asyncio.Event()
             self._writer = loop.create_task(self._write_loop())
             self._reader = loop.create_task(self._read_loop())
+            self._wake_poller = asyncio.Event()
+            self._helpers = [loop.create_task(self._poll_loop()), loop.create_task(self._renew())]
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -190,6 +231,11 @@ class ResultCache:
 
     async def _close(self) -> None:
         self._closing = True
+        helpers, self._helpers = self._helpers, []
+        for helper in helpers:
+            helper.cancel()
+        if helpers:
+            await asyncio.wait(helpers)
         tasks = [t for t in (self._writer, self._reader) if t is not None]
         self._writer = self._reader = None
         for event in (self._wake, self._wake_reader):
@@ -197,6 +243,11 @@ class ResultCache:
                 event.set()
         if tasks:
             await asyncio.wait(tasks)
+        self._give_up()
+        if self._owns_rows:  # its rows and lease go: what is left unstored is free now
+            self._claimed.clear()
+            self._releasing.clear()
+            await self._disk_call("write", "release", self._owner)
         await self._close_disk()
         unkeyed = self.keys.unkeyed_reads()
         if unkeyed:
@@ -221,6 +272,17 @@ class ResultCache:
                 stacklevel=2,
             )
 
+    def _give_up(self) -> None:
+        """Closing: whoever still waits (for a key, or a claim's answer) gets None."""
+        waiting = [*self._inflight.values(), *self._remote.values()]
+        waiting += [future for _, future in self._claiming]
+        for future in waiting:
+            if not future.done():
+                future.set_result(None)
+        self._claiming.clear()
+        self._inflight.clear()
+        self._remote.clear()
+
     async def _close_disk(self) -> None:
         tiers, self._disk = list(self._disk.values()), {}
         for tier in tiers:
@@ -228,11 +290,16 @@ class ResultCache:
 
     # -- lookups ----------------------------------------------------------------------
 
-    async def lookup(self, artifact: Any, examples: Sequence[Example]) -> Lookup:
-        """The cached results of ``examples`` under ``artifact``, and what must run."""
+    async def lookup(
+        self, artifact: Any, examples: Sequence[Example], again: bool = False
+    ) -> Lookup:
+        """The cached results of ``examples`` under ``artifact``, and what must run: the
+        misses this lookup now pays for, and the waits for keys another is paying for.
+        ``again``: a look after a wait whose owner gave up (not counted as lookups)."""
         counts = self._counts
         n = len(examples)
-        counts["lookups"] += n
+        if not again:
+            counts["lookups"] += n
         found = Lookup(n)
         candidate = self.keys.candidate(artifact)
         if candidate is None:
@@ -247,6 +314,8 @@ class ResultCache:
         counts["memory_hits"] += n - values.count(None)
         from_disk = await self._from_disk(keys, values) if self._disk else _NONE
         hits = found.hits
+        inflight = self._inflight
+        claiming: list[int] = []
         for i, (ex, key, value) in enumerate(zip(examples, keys, values, strict=True)):
             # Memory holds only values checked on their way in (or sealed here): the
             # payload starts at _HEAD. One that does not decode is a damaged entry too.
@@ -256,6 +325,13 @@ class ResultCache:
                     assert key is not None
                     self._damage(key)
                     counts["disk_hits" if i in from_disk else "memory_hits"] -= 1
+                if key is not None and value is None and key not in self._damaged:
+                    future = inflight.get(key)
+                    if future is not None:  # another chunk pays for it: wait for its result
+                        found.waits.append((i, future))
+                        continue
+                    inflight[key] = found.owned[key] = _future()
+                    claiming.append(i)
                 counts["uncacheable" if key is None else "misses"] += 1
                 found.misses.append(ex)
                 found.positions.append(i)
@@ -263,7 +339,102 @@ class ResultCache:
                 result.example_id = ex.id
                 result.cached = True
                 hits[i] = result
+        if claiming and self._disk:
+            await self._claim(found, claiming)
         return found
+
+    async def _claim(self, found: Lookup, claiming: list[int]) -> None:
+        """Claim in the file the keys this lookup took in memory: those stored meanwhile
+        (by another process) or claimed by another process become waits, the poller's."""
+        keys = [found.keys[i] for i in claiming]
+        try:
+            answer = await self._claim_many(keys)
+        except BaseException:
+            self._releasing.extend(k for k in keys if k is not None)
+            self.release(found)
+            raise
+        if answer is None:  # the disk is gone: this process's chunks still share the key
+            return
+        stored, claimed = answer  # for every chunk that claimed in that transaction
+        mine = set(claimed)
+        self._claimed.update(k for k in keys if k is not None and k in mine)
+        self._owns_rows = True
+        if all(k in mine for k in keys):
+            return
+        moved = set()
+        for i in claiming:
+            key = found.keys[i]
+            assert key is not None
+            if key in mine:
+                continue
+            future = found.owned.pop(key)
+            value = stored.get(key)
+            if value is not None:  # stored by another process since the read
+                if unseal(key, value) is None:
+                    value = None  # damaged: a wait that looks up again, and reads it so
+                else:
+                    self._remember(key, value)
+                del self._inflight[key]
+                future.set_result(value)
+            else:
+                self._remote[key] = future
+            found.waits.append((i, future))
+            moved.add(i)
+        self._counts["misses"] -= len(moved)
+        keep = [j for j, i in enumerate(found.positions) if i not in moved]
+        found.misses = [found.misses[j] for j in keep]
+        found.positions = [found.positions[j] for j in keep]
+        if self._remote and self._wake_poller is not None:
+            self._wake_poller.set()
+
+    async def _claim_many(self, keys: list[bytes | None]) -> Any:
+        """The file's answer to claiming ``keys``, from the writer's next transaction (all
+        the chunks claiming at once and the stores pending share it); None without disk."""
+        if self._writer is None or self._writer.done() or self._wake is None or self._closing:
+            return None
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._claiming.append((keys, future))
+        self._wake.set()
+        return await future
+
+    async def wait(self, found: Lookup, examples: Sequence[Example]) -> list[int]:
+        """Wait for the results of ``found.waits`` and put them in ``found.hits``; the
+        positions whose owner gave up, to look up again (one of the waiters then pays).
+        Cancelling the wait leaves the owner's result to the others waiting for it."""
+        pending = {future for _, future in found.waits if not future.done()}
+        if pending:
+            await asyncio.wait(pending)
+        again = []
+        hits = found.hits
+        for i, future in found.waits:
+            value = future.result()
+            result = None if value is None else _decoded(memoryview(value)[_HEAD:])
+            if result is None:
+                again.append(i)
+                continue
+            result.example_id = examples[i].id
+            result.cached = True
+            hits[i] = result
+        self._counts["shared"] += len(found.waits) - len(again)
+        self._counts["taken_over"] += len(again)
+        found.waits = []
+        return again
+
+    def release(self, found: Lookup) -> None:
+        """The keys ``found`` paid for without storing a result (it failed, or was
+        cancelled): their waiters look again, and other processes may take them over."""
+        owned, found.owned = found.owned, {}
+        inflight = self._inflight
+        for key, future in owned.items():
+            if inflight.get(key) is future:
+                del inflight[key]
+            if not future.done():
+                future.set_result(None)
+            if key in self._claimed:
+                self._claimed.discard(key)
+                self._releasing.append(key)
+        if self._releasing and self._wake is not None and not self._closing:
+            self._wake.set()
 
     def _damage(self, key: bytes) -> None:
         """The value stored under ``key`` failed its check: a miss, counted (once, however
@@ -335,6 +506,8 @@ class ResultCache:
         damaged = self._damaged
         items = []
         replacing = []
+        owned = found.owned
+        claimed = self._claimed
         for position, result in zip(found.positions, fresh, strict=True):
             key = keys[position]
             if key is None or result.error is not None:
@@ -349,6 +522,13 @@ class ResultCache:
                 continue
             value = seal(key, payload)
             self._remember(key, value)
+            future = owned.pop(key, None)
+            if future is not None:  # its waiters take this value; its claim ends with the write
+                # (a stored result ends a claim: others read results first)
+                if self._inflight.get(key) is future:
+                    del self._inflight[key]
+                future.set_result(value)
+                claimed.discard(key)
             if damaged and key in damaged:
                 damaged.discard(key)
                 replacing.append((key, value))
@@ -359,6 +539,8 @@ class ResultCache:
             self._pending.extend(items)
             self._replacing.extend(replacing)
             self._wake.set()
+        if owned:  # errors, and results kept out: their waiters look again
+            self.release(found)
 
     def _remember(self, key: bytes, value: bytes) -> None:
         memory = self._memory
@@ -375,13 +557,30 @@ class ResultCache:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            while self._pending or self._replacing:
-                batch, self._pending = self._pending, []
-                if batch:
-                    await self._disk_call("write", "put_many", batch)
-                batch, self._replacing = self._replacing, []
-                if batch:
-                    await self._disk_call("write", "put_many", batch, True)
+            while self._pending or self._replacing or self._releasing or self._claiming:
+                # One transaction for all: the stores, the claims ended, and the claims
+                # of every chunk looking up now (a claim waits at most one of these).
+                items, self._pending = self._pending, []
+                replacing, self._replacing = self._replacing, []
+                released, self._releasing = self._releasing, []
+                claiming, self._claiming = self._claiming, []
+                claims = [k for keys, _ in claiming for k in keys]
+                answer = None
+                try:
+                    answer = await self._disk_call(
+                        "write",
+                        "write",
+                        items,
+                        replacing,
+                        released,
+                        claims,
+                        self._owner,
+                        self.lease,
+                    )
+                finally:
+                    for _, future in claiming:
+                        if not future.done():
+                            future.set_result(None if not self._disk else answer)
             if self._closing:
                 return
 
@@ -408,6 +607,47 @@ class ResultCache:
                 )
             return None
 
+    async def _poll_loop(self) -> None:
+        """Watch the file for the keys other processes are paying for: a stored value
+        goes to its waiters; a claim that ended or expired gives them None (look again)."""
+        assert self._wake_poller is not None
+        delay = _POLL_FIRST
+        while True:
+            if not self._remote:
+                await self._wake_poller.wait()
+                self._wake_poller.clear()
+                delay = _POLL_FIRST
+            await asyncio.sleep(delay)
+            keys = list(self._remote)
+            answer = await self._disk_call("read", "poll", keys)
+            stored, live = answer if answer is not None else ({}, set())
+            moved = 0
+            for key in keys:
+                if key in live:
+                    continue
+                future = self._remote.pop(key, None)
+                if future is None:
+                    continue
+                value = stored.get(key)
+                if value is not None:
+                    if unseal(key, value) is None:
+                        value = None  # damaged: the waiter looks again, reads it so and pays
+                    else:
+                        self._remember(key, value)
+                if self._inflight.get(key) is future:
+                    del self._inflight[key]
+                if not future.done():
+                    future.set_result(value)
+                moved += 1
+            delay = _POLL_FIRST if moved else min(delay * 2, _POLL_MAX)
+
+    async def _renew(self) -> None:
+        """Renew this cache's claims in the file while it holds any."""
+        while True:
+            await asyncio.sleep(self.lease / 3)
+            if self._claimed:
+                await self._disk_call("write", "renew", self._owner, self.lease)
+
     def statistics(self) -> CacheStatistics:
         return CacheStatistics(
             **self._counts,
@@ -418,6 +658,12 @@ class ResultCache:
 
 
 _NONE: frozenset[int] = frozenset()
+
+
+def _future() -> asyncio.Future[bytes | None]:
+    return asyncio.get_running_loop().create_future()
+
+
 _PLAIN = (str, int, float, bool, type(None))
 
 

@@ -13,6 +13,16 @@ changed: it is moved aside (``results.sqlite3.bad-<time>``, with its ``-wal``), 
 Opening and rebuilding happen under an exclusive ``flock`` on ``DIR/results.sqlite3.lock``
 so that two processes never rebuild at once.
 
+Claims (issue 28): a run about to pay for a key no run has stored holds a row in
+``claims(key, owner)``; another run that needs the key meanwhile waits for the result
+instead of paying again. A claim holds while its owner's lease in ``owners(owner,
+expires)`` does: one row per open cache, renewed while it runs (one ``UPDATE`` however
+many keys it holds), so the keys of an owner that crashed are taken over once its lease
+runs out. A stored result ends a claim by itself (waiters read ``results`` first), so a
+store writes no claim row; an owner that fails a key deletes its claim, and all of its
+rows when it closes. Taking a claim re-reads ``results`` in the same transaction, so a
+result stored between a lookup and its claim is a hit, not a second payment.
+
 Every method here blocks: the engine calls them on a thread of its own
 (:class:`~evaluator._cache._cache.ResultCache`), never on the event loop.
 """
@@ -120,6 +130,9 @@ class DiskStore:
 
     def get_many(self, keys: Sequence[bytes]) -> dict[bytes, bytes]:
         """The stored values of those ``keys`` that are in the cache."""
+        return self._select(keys)
+
+    def _select(self, keys: Sequence[bytes]) -> dict[bytes, bytes]:
         found: dict[bytes, bytes] = {}
         execute = self._conn.execute
         for start in range(0, len(keys), _BATCH):
@@ -132,15 +145,99 @@ class DiskStore:
     def put_many(self, items: Sequence[tuple[bytes, bytes]], replace: bool = False) -> None:
         """Store ``items`` in one transaction; a key already stored keeps its value, unless
         ``replace`` (its value failed its check on reading: the new one takes its place)."""
+        if replace:
+            self.write(replacing=items)
+        else:
+            self.write(items)
+
+    def write(
+        self,
+        items: Sequence[tuple[bytes, bytes]] = (),
+        replacing: Sequence[tuple[bytes, bytes]] = (),
+        released: Sequence[bytes] = (),
+        claims: Sequence[bytes] = (),
+        owner: str = "",
+        lease: float = 0.0,
+    ) -> tuple[dict[bytes, bytes], list[bytes]]:
+        """One transaction: store ``items`` (a key already stored keeps its value) and
+        ``replacing`` (their stored values failed their check: these take their place),
+        end ``owner``'s claims on ``released``, and claim those ``claims`` that have no
+        result and no live claim, renewing ``owner``'s lease for ``lease`` seconds. The
+        answer, for ``claims``: the values stored meanwhile, and the keys claimed (the
+        rest are another owner's, live)."""
         now = time.time()
         conn = self._conn
-        verb = "REPLACE" if replace else "IGNORE"
         conn.execute("BEGIN IMMEDIATE")
         try:
+            for verb, batch in (("IGNORE", items), ("REPLACE", replacing)):
+                if batch:
+                    conn.executemany(
+                        f"INSERT OR {verb} INTO results (key, value, created) VALUES (?, ?, ?)",
+                        [(k, v, now) for k, v in batch],
+                    )
+            if released:
+                conn.executemany(
+                    "DELETE FROM claims WHERE key = ? AND owner = ?", [(k, owner) for k in released]
+                )
+            if not claims:
+                conn.execute("COMMIT")
+                return {}, []
+            keys = claims
+            conn.execute("INSERT OR REPLACE INTO owners VALUES (?, ?)", (owner, now + lease))
+            found = self._select(keys)
+            rest = [k for k in keys if k not in found]
             conn.executemany(
-                f"INSERT OR {verb} INTO results (key, value, created) VALUES (?, ?, ?)",
-                [(k, v, now) for k, v in items],
+                "INSERT INTO claims (key, owner) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
+                "SET owner = excluded.owner WHERE NOT EXISTS (SELECT 1 FROM owners "
+                "WHERE owners.owner = claims.owner AND owners.expires >= ?)",
+                [(k, owner, now) for k in rest],
             )
+            mine: set[bytes] = set()
+            for start in range(0, len(rest), _BATCH):
+                part = rest[start : start + _BATCH]
+                marks = ",".join("?" * len(part))
+                rows = conn.execute(
+                    f"SELECT key FROM claims WHERE owner = ? AND key IN ({marks})", (owner, *part)
+                )
+                mine.update(row[0] for row in rows)
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+        return found, [k for k in rest if k in mine]
+
+    def poll(self, keys: Sequence[bytes]) -> tuple[dict[bytes, bytes], set[bytes]]:
+        """The values stored under ``keys``, and those of the rest still claimed by a live
+        lease (a key in neither is free: its owner failed, gave up or crashed)."""
+        found = self._select(keys)
+        rest = [k for k in keys if k not in found]
+        live: set[bytes] = set()
+        now = time.time()
+        for start in range(0, len(rest), _BATCH):
+            part = rest[start : start + _BATCH]
+            marks = ",".join("?" * len(part))
+            rows = self._conn.execute(
+                "SELECT key FROM claims JOIN owners USING (owner) "
+                f"WHERE owners.expires >= ? AND key IN ({marks})",
+                (now, *part),
+            )
+            live.update(row[0] for row in rows)
+        return found, live
+
+    def renew(self, owner: str, lease: float) -> None:
+        """Extend ``owner``'s lease (every claim it holds) by ``lease`` seconds from now."""
+        self._conn.execute(
+            "UPDATE owners SET expires = ? WHERE owner = ?", (time.time() + lease, owner)
+        )
+
+    def release(self, owner: str) -> None:
+        """End ``owner``'s claims and lease (it closes): others take its keys over now."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("DELETE FROM claims WHERE owner = ?", (owner,))
+            conn.execute("DELETE FROM owners WHERE owner = ?", (owner,))
             conn.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
@@ -239,6 +336,14 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+#: Who is paying for a key now, and until when each owner's lease holds (renewed while
+#: it runs). An owner's row is dropped when it closes; a crashed one's runs out.
+_CLAIMS = (
+    "CREATE TABLE claims (key BLOB PRIMARY KEY, owner TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE owners (owner TEXT PRIMARY KEY, expires REAL NOT NULL)",
+)
+
+
 def _prepare(conn: sqlite3.Connection) -> None:
     conn.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
     (app,) = conn.execute("PRAGMA application_id").fetchone()
@@ -253,6 +358,8 @@ def _prepare(conn: sqlite3.Connection) -> None:
             "created REAL NOT NULL) WITHOUT ROWID"
         )
         conn.execute("INSERT INTO meta VALUES ('format', ?)", (str(CACHE_FORMAT),))
+        for table in _CLAIMS:
+            conn.execute(table)
         conn.execute("COMMIT")
     elif app != APPLICATION_ID:
         raise _Unusable("it is not a skynet-eval result cache (another program's database)")
@@ -262,6 +369,9 @@ def _prepare(conn: sqlite3.Connection) -> None:
             found = "none" if row is None else row[0]
             raise _Unusable(f"it has cache format {found}, this engine writes {CACHE_FORMAT}")
         conn.execute("PRAGMA journal_mode = WAL")
+        if "owners" not in tables:  # made before claims: the same format, two tables more
+            for table in _CLAIMS:
+                conn.execute(table.replace("TABLE", "TABLE IF NOT EXISTS", 1))
     conn.execute("PRAGMA synchronous = NORMAL")
 
 

@@ -446,17 +446,40 @@ class Flow:
         base: int,
         share: Share | None,
         busy: _Busy | None,
+        again: bool = False,
     ) -> tuple[list[Result], int]:
-        """The cache's hits, and the stages for its misses (stored when they succeed)."""
-        found = await cache.lookup(artifact, examples)
-        if not found.misses:
+        """The cache's hits, and the stages for its misses (stored when they succeed).
+
+        A miss whose key another chunk (or process) is paying for waits for its result
+        instead, after this chunk's own misses ran (so no two chunks wait on each other);
+        one whose owner gave up is looked up again: one of its waiters then pays."""
+        found = await cache.lookup(artifact, examples, again)
+        if not found.misses and not found.waits:
             return found.merge(()), 0
-        fresh, errors = await self._stages(artifact, found.misses, base, share, busy)
-        if len(fresh) != len(found.misses):  # one result per example, whatever happened
-            fresh, lost = assembly.complete(found.misses, fresh, self.failure_score)
-            errors += lost
-        cache.store(found, fresh)
-        return found.merge(fresh), errors
+        fresh: list[Result] = []
+        errors = 0
+        try:
+            if found.misses:
+                fresh, errors = await self._stages(artifact, found.misses, base, share, busy)
+                if len(fresh) != len(found.misses):  # one result per example, whatever happened
+                    fresh, lost = assembly.complete(found.misses, fresh, self.failure_score)
+                    errors += lost
+                cache.store(found, fresh)
+            retry = await cache.wait(found, examples) if found.waits else []
+        finally:
+            cache.release(found)  # what it owned and did not store: its waiters take over
+        results = found.merge(fresh)
+        if retry:
+            again_examples = [examples[i] for i in retry]
+            # Its call tokens follow its own misses' (within the chunk's range: a retry is
+            # one of its waits).
+            redone, more = await self._cached(
+                cache, artifact, again_examples, base + len(found.misses), share, busy, True
+            )
+            for i, result in zip(retry, redone, strict=True):
+                results[i] = result
+            errors += more
+        return results, errors
 
     async def _with_program(
         self,

@@ -23,6 +23,7 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
         "bench_e2e.py",
         # The in-flight scenarios (not in its default run); the dspy one is too slow here.
         "bench_e2e.py --only slow-judge,overload",
+        "bench_economics.py",
         "bench_fair.py",
         "bench_faults.py",
         "bench_llm.py",
