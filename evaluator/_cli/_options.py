@@ -755,16 +755,25 @@ DEFAULT_RUNS_DIR = "runs"
 
 def default_output(metric: str, now: datetime.datetime | None = None) -> str:
     """``runs/<UTC time>-<metric's stem>.jsonl`` (the folder: $SKYNET_EVAL_RUNS_DIR, else
-    ``runs``); a name already taken gets ``-2``, ``-3``..."""
+    ``runs``); a name already taken gets ``-2``, ``-3``... The name is claimed (created,
+    empty) here: two runs started in the same second, in two processes, get two files."""
     folder = Path(os.environ.get(RUNS_DIR_ENV) or DEFAULT_RUNS_DIR)
     stamp = (now or datetime.datetime.now(datetime.UTC)).strftime("%Y%m%dT%H%M%SZ")
     stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in Path(metric).stem)
-    path = folder / f"{stamp}-{stem}.jsonl"
-    n = 1
-    while path.exists():
-        n += 1
-        path = folder / f"{stamp}-{stem}-{n}.jsonl"
-    return str(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return str(folder / f"{stamp}-{stem}.jsonl")  # the output check says what is wrong
+    for n in range(1, 10_000):
+        path = folder / (f"{stamp}-{stem}.jsonl" if n == 1 else f"{stamp}-{stem}-{n}.jsonl")
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            continue
+        except OSError:
+            break  # not writable, say: the output check says so, naming --output
+        return str(path)
+    return str(folder / f"{stamp}-{stem}.jsonl")
 
 
 def _run_output(path: str | None, *, resume: bool, metric: str) -> tuple[str, tuple[str, ...]]:

@@ -197,7 +197,7 @@ def race_report_command(
     if given:
         flags = ", ".join("--" + k.replace("_", "-") for k in given)
         raise ConfigError(
-            f"{results} is a race file (skynet-eval race --output): it has its own page, "
+            f"{results} is a race file (`skynet-eval race --output`): it has its own page, "
             f"without {flags}; drop them"
         )
     target = None if no_html else Path(html) if html else default_html_path(results)

@@ -457,6 +457,20 @@ class TestSomethingToLookAt:
         assert printed.rstrip().endswith(f"results: {Path('runs') / kept[0].name}")
         assert len(results_ids(kept[0])) == 7
 
+    def test_two_runs_in_one_second_get_two_files(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The default path is claimed when it is chosen: two runs started in the same
+        second (two processes, one cache directory, say) never share a results file."""
+        import datetime
+
+        from evaluator._cli._options import default_output
+
+        monkeypatch.setenv("SKYNET_EVAL_RUNS_DIR", str(tmp_path / "runs"))
+        now = datetime.datetime(2026, 12, 2, 7, 0, 0, tzinfo=datetime.UTC)
+        first, second = default_output("m.py", now), default_output("m.py", now)
+        assert first != second and Path(first).is_file() and Path(second).is_file()
+
     def test_with_json_the_default_path_is_said_on_stderr(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
