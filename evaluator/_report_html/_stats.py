@@ -7,7 +7,7 @@ a named score's mean covers the ok examples that returned it; a cost is a measur
 only when every example it sums was measured, otherwise it is None and the count of
 unmeasured examples (and their reasons) says why. Unlike the run's streaming summary,
 which keeps 1 % latency buckets, a report holds every value, so its percentiles are exact
-(linear interpolation between order statistics, NumPy's default).
+(:func:`evaluator._stats.percentiles`: linear interpolation between order statistics).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 
 from .._results import ERROR_KINDS, Result
+from .._stats import percentiles
 
 __all__ = [
     "Bin",
@@ -117,25 +118,22 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
 
 def distribution(values: Sequence[float | None]) -> Distribution:
     """Count, total, mean, min, p50/p95/p99 and max of the values that are not None."""
-    import numpy as np
-
     measured = [v for v in values if v is not None]
     missing = len(values) - len(measured)
     if not measured:
         return Distribution(missing=missing)
-    array = np.asarray(measured, dtype=np.float64)
-    p50, p95, p99 = (float(v) for v in np.percentile(array, [50.0, 95.0, 99.0]))
+    p50, p95, p99 = percentiles(measured, [0.5, 0.95, 0.99])
     total = math.fsum(measured)
     return Distribution(
         count=len(measured),
         missing=missing,
         total=total,
         mean=total / len(measured),
-        min=float(array.min()),
+        min=float(min(measured)),
         p50=p50,
         p95=p95,
         p99=p99,
-        max=float(array.max()),
+        max=float(max(measured)),
     )
 
 
