@@ -27,9 +27,8 @@ from typing import Literal
 
 import msgspec
 
-from .._results import Result
+from .._results import Result, example_key
 from .._stats import bootstrap_mean_ci
-from ._load import id_key
 
 __all__ = [
     "Comparison",
@@ -109,11 +108,11 @@ class Pairing(msgspec.Struct, frozen=True):
 
 def pair_results(current: Sequence[Result], baseline: Sequence[Result]) -> Pairing:
     """Match by example id (``1`` and ``"1"`` are different ids), in this run's order."""
-    where = {id_key(r.example_id): i for i, r in enumerate(baseline)}
+    where = {example_key(r.example_id): i for i, r in enumerate(baseline)}
     pairs: list[tuple[int, int]] = []
     only_current: list[int] = []
     for i, result in enumerate(current):
-        j = where.pop(id_key(result.example_id), None)
+        j = where.pop(example_key(result.example_id), None)
         if j is None:
             only_current.append(i)
         else:
