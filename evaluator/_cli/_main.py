@@ -38,10 +38,10 @@ from ._options import (
     CheckOptions,
     CommandOptions,
     JudgesOptions,
+    ReportOptions,
     RunOptions,
     SimulatorOptions,
 )
-from ._report import ReportOptions
 
 __all__ = [
     "COMMANDS",
