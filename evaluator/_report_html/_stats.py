@@ -5,9 +5,8 @@ The definitions are those of the run's own summary (``evaluator._report``): ``n`
 was recorded with (the failure score), the mean over the ok ones says how many it covers;
 a named score's mean covers the ok examples that returned it; a cost is a measured number
 only when every example it sums was measured, otherwise it is None and the count of
-unmeasured examples (and their reasons) says why. Unlike the run's streaming summary,
-which keeps 1 % latency buckets, a report holds every value, so its percentiles are exact
-(:func:`evaluator._stats.percentiles`: linear interpolation between order statistics).
+unmeasured examples (and their reasons) says why. Percentiles are exact, as the run's:
+:func:`evaluator._stats.percentiles` (linear interpolation between order statistics).
 """
 
 from __future__ import annotations
