@@ -5,7 +5,8 @@ Layout: ``_load`` reads results files (with or without a header line) strictly;
 interval is ``evaluator._stats.bootstrap_mean_ci``); ``_rows`` lays out the page's table
 data; ``_svg`` draws the charts;
 ``_html`` writes the markup (``assets/`` holds the page's script and stylesheet);
-``_build`` ties them together; ``_terminal`` prints the same summary in a terminal;
+``_build`` ties them together; ``_terminal`` lays out the same summary as table rows
+(printed by ``evaluator._cli._output``, as ``run``'s report is);
 ``_command`` is the ``report`` subcommand's logic.
 """
 
