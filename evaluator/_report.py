@@ -1,7 +1,7 @@
 """The summary of an evaluation, built incrementally from its results.
 
 :class:`ReportBuilder` takes one :class:`Result` at a time (or a batch) and keeps
-counters and each example's latencies (floats, for exact percentiles by
+counters and each example's latencies (an array of doubles, for exact percentiles by
 :func:`evaluator._stats.percentiles`, the offline report's method too), so a streamed
 run of any length needs no list of its results. :meth:`ReportBuilder.build`
 returns a frozen :class:`Report` at any moment.
