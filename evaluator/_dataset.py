@@ -32,6 +32,7 @@ import msgspec
 
 from ._datafile import csv_rows, json_rows, jsonl_rows, too_deep, too_deep_problem
 from ._exceptions import ConfigError, DatasetError
+from ._results import example_key
 
 __all__ = [
     "NO_OUTPUT",
@@ -188,14 +189,14 @@ class _Unique:
     an explicit one (row 3 has no id and is given ``2``; another row says ``"id": 2``):
     the message then says so and how to avoid it, rather than name an id the file never
     wrote. ``"2"`` and ``2`` are different ids (JSON keeps them apart; so does the
-    results file).
+    results file: both match ids by :func:`evaluator._results.example_key`).
     """
 
     def __init__(self) -> None:
-        self.seen: dict[tuple[bool, Any], tuple[str, bool]] = {}
+        self.seen: dict[Any, tuple[str, bool]] = {}
 
     def check(self, example: Example, where: str, explicit: bool) -> None:
-        key = (type(example.id) is int, example.id)
+        key = example_key(example.id)
         first = self.seen.get(key)
         if first is None:
             self.seen[key] = (where, explicit)

@@ -19,6 +19,24 @@ from typing import Any, Literal
 import msgspec
 from msgspec.structs import astuple
 
+
+def example_key(example_id: Any) -> Any:
+    """The one identity of an example id: a hashable key, equal for the same id and
+    different for ids JSON tells apart (``1`` is not ``"1"``, nor ``True``, nor ``1.0``).
+
+    The dataset's duplicate check, ``--resume``'s reading of a results file and the
+    report's join of results to examples all match ids by it.
+    """
+    if isinstance(example_id, str):
+        return example_id
+    if isinstance(example_id, int) and not isinstance(example_id, bool):
+        return (int, example_id)
+    try:
+        return ("json", msgspec.json.encode(example_id))
+    except (TypeError, ValueError, UnicodeEncodeError):
+        return ("repr", repr(example_id))
+
+
 ErrorKind = Literal[
     "program_error",
     "program_timeout",

@@ -24,7 +24,8 @@ another writer's line in the making):
   :class:`ResumeWarning`; that example runs again. Anything else is refused like a bad
   line.
 
-Reading counts each example once: the first result of an id wins, later ones are
+Reading counts each example once (ids matched by
+:func:`evaluator._results.example_key`): the first result of an id wins, later ones are
 *duplicates* (two runs that wrote one file); with the dataset's ids given, results for
 other ids are *foreign* (another dataset's file). Both are left in the file, never
 counted, and reported by number.
@@ -43,7 +44,7 @@ import msgspec
 
 from ._exceptions import NotAResultsFile, ResultsFileError
 from ._fingerprint import FORMAT_VERSION, HEADER_KEY, ResultsHeader
-from ._results import Result
+from ._results import Result, example_key
 
 __all__ = [
     "Reader",
@@ -51,7 +52,6 @@ __all__ = [
     "ResumeWarning",
     "Torn",
     "buffered",
-    "id_key",
     "scan",
     "torn_warning",
 ]
@@ -64,11 +64,6 @@ HEADER_START = b'{"' + HEADER_KEY.encode() + b'":'
 
 class ResumeWarning(UserWarning):
     """Something in a results file was set aside: a torn last line, old format, and so on."""
-
-
-def id_key(example_id: Any) -> tuple[bool, Any]:
-    """How ids are matched: ``1`` and ``"1"`` differ (as in JSON), ``1`` and ``True`` too."""
-    return (type(example_id) is int, example_id)
 
 
 class Torn(msgspec.Struct, frozen=True):
@@ -229,8 +224,8 @@ class Reader:
     ) -> None:
         self.path = path
         self.out = ResultsScan(path)
-        self.wanted = {id_key(i): i for i in dataset_ids} if dataset_ids is not None else None
-        self.seen: set[tuple[bool, Any]] = set()
+        self.wanted = {example_key(i): i for i in dataset_ids} if dataset_ids is not None else None
+        self.seen: set[Any] = set()
         self.on_result = on_result
 
     def read(self, fh: IO[bytes]) -> ResultsScan:
@@ -297,7 +292,7 @@ class Reader:
 
     def _count(self, result: Result) -> None:
         out = self.out
-        key = id_key(result.example_id)
+        key = example_key(result.example_id)
         wanted = self.wanted
         if wanted is not None and key not in wanted:
             out.foreign += 1

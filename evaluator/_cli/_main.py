@@ -38,11 +38,11 @@ from ._options import (
     CheckOptions,
     CommandOptions,
     JudgesOptions,
+    ReportOptions,
     RunOptions,
     SimulatorOptions,
 )
 from ._race import RaceOptions
-from ._report import ReportOptions
 
 __all__ = [
     "COMMANDS",

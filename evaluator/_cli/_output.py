@@ -17,11 +17,14 @@ if TYPE_CHECKING:
 
     from evaluator import ContractReport, Report
     from evaluator._report import Failure
+    from evaluator._report_html import BuiltReport
 
 __all__ = [
     "console",
+    "print_built_report",
     "print_failures",
     "print_report",
+    "print_rows",
     "print_steps",
     "reserved_stdout",
     "write_json",
@@ -89,22 +92,28 @@ def print_steps(report: ContractReport, out: Console) -> None:
         out.print(f"[yellow]![/yellow] {escape(warning)}")
 
 
-def print_report(report: Report, out: Console, *, interrupted: bool, output: str | None) -> None:
-    """The run's report as a table, and where its results are."""
+def print_rows(rows: Iterable[tuple[str, str]], out: Console, *, title: str) -> None:
+    """(label, value) rows as a two-column table: how every summary is printed (``run``'s
+    report, ``report``'s summary and its comparison)."""
     from rich.table import Table
 
-    from evaluator._report import report_rows
-
-    title = "Report (interrupted: partial)" if interrupted else "Report"
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
+    for label, value in rows:
+        table.add_row(label, value)
+    out.print(table)
+
+
+def print_report(report: Report, out: Console, *, interrupted: bool, output: str | None) -> None:
+    """The run's report as a table, and where its results are."""
+    from evaluator._report import report_rows
+
+    title = "Report (interrupted: partial)" if interrupted else "Report"
     # The options that chose an executor, named as their flags (`execution` is
     # --execution): the same mapping from an option's name to its flag as errors use.
     flags = {s.option: "--" + s.option.replace("_", "-") for s in report.executors if s.option}
-    for label, value in report_rows(report, option_flags=flags):
-        table.add_row(label, value)
-    out.print(table)
+    print_rows(report_rows(report, option_flags=flags), out, title=title)
     if report.failures:
         shown = len(report.failures)
         failed = report.n - report.ok
@@ -115,6 +124,25 @@ def print_report(report: Report, out: Console, *, interrupted: bool, output: str
             out.print(listing, markup=False, soft_wrap=True)
     if output:
         out.print(f"results: {output}", markup=False, soft_wrap=True)
+
+
+def print_built_report(
+    built: BuiltReport, out: Console, *, results: str, baseline: str | None
+) -> None:
+    """``report``'s summary (and its comparison with the baseline) as tables."""
+    from evaluator._report_html._html import delta_
+    from evaluator._report_html._terminal import comparison_rows, summary_rows
+
+    print_rows(summary_rows(built.summary), out, title=f"Report: {results}")
+    for warning in built.warnings:
+        out.print(f"! {warning}", markup=False, highlight=False, soft_wrap=True)
+    if built.comparison is not None and baseline is not None:
+        rows = comparison_rows(built.comparison)
+        print_rows(rows, out, title=f"Against the baseline: {baseline}")
+        if built.regressions:
+            worst = ", ".join(f"{ident} {delta_(delta)}" for ident, delta in built.regressions[:5])
+            line = f"largest regressions: {worst}"
+            out.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 #: How much of a failure's message the run's summary shows (its first line).

@@ -1,10 +1,12 @@
 """The run report: ``skynet-eval report``, one self-contained HTML page per run.
 
 Layout: ``_load`` reads results files (with or without a header line) strictly;
-``_stats`` summarises one run; ``_compare`` matches two runs by id and computes the paired
-bootstrap interval; ``_rows`` lays out the page's table data; ``_svg`` draws the charts;
+``_stats`` summarises one run; ``_compare`` matches two runs by id (its paired bootstrap
+interval is ``evaluator._stats.bootstrap_mean_ci``); ``_rows`` lays out the page's table
+data; ``_svg`` draws the charts;
 ``_html`` writes the markup (``assets/`` holds the page's script and stylesheet);
-``_build`` ties them together; ``_terminal`` prints the same summary in a terminal;
+``_build`` ties them together; ``_terminal`` lays out the same summary as table rows
+(printed by ``evaluator._cli._output``, as ``run``'s report is);
 ``_command`` is the ``report`` subcommand's logic.
 """
 
@@ -15,7 +17,6 @@ from ._compare import Comparison as Comparison
 from ._compare import NamedDelta as NamedDelta
 from ._compare import PairedDifference as PairedDifference
 from ._compare import compare_results as compare_results
-from ._compare import paired_bootstrap_ci as paired_bootstrap_ci
 from ._load import ResultsFile as ResultsFile
 from ._load import ResultsFileError as ResultsFileError
 from ._load import load_results_file as load_results_file
@@ -35,7 +36,6 @@ __all__ = [
     "build_report",
     "compare_results",
     "load_results_file",
-    "paired_bootstrap_ci",
     "summarize",
     "write_html_report",
 ]

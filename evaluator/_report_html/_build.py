@@ -19,10 +19,10 @@ import msgspec
 
 from .._dataset import Example, load_examples
 from .._outpath import check_output_path
-from .._results import Result
+from .._results import Result, example_key
 from ._compare import Comparison, compare_results, pair_results
 from ._html import Page, header_differences, render_page
-from ._load import Joined, ResultsFile, header_fields, id_key, join_examples, results_from
+from ._load import Joined, ResultsFile, header_fields, join_examples, results_from
 from ._rows import STATUS_CODES, PageRows, build_rows, carries_inputs
 from ._stats import RunSummary, histogram, log_edges, score_edges, summarize
 from ._svg import Marker, Series, bar_chart, fmt_number
@@ -210,7 +210,7 @@ def _warnings(
             "they are flagged 'new here' and left out of the comparison."
         )
     if examples is not None:
-        keys = {id_key(r.example_id) for r in current.results}
+        keys = {example_key(r.example_id) for r in current.results}
         unknown = len(keys - examples.keys())
         absent = len(examples.keys() - keys)
         if unknown:

@@ -156,13 +156,13 @@ def report_command(
         }
         sys.stdout.write(msgspec.json.encode(payload).decode() + "\n")
     else:
-        from ._terminal import print_report
+        from .._cli._output import print_built_report
 
         if console is None:
             from rich.console import Console
 
             console = Console(highlight=False)
-        print_report(built, console, results=results, baseline=baseline)
+        print_built_report(built, console, results=results, baseline=baseline)
         if failures:
             _print_failures(current.results, console)
         if csv is not None:

@@ -11,7 +11,8 @@ Its 95 % interval is a paired percentile bootstrap: the matched examples are res
 with replacement, each resample's mean difference computed, and the 2.5th and 97.5th
 percentiles of those means taken (linear interpolation). Resampling pairs rather than each
 run on its own keeps what the two runs share (an example that is hard for both), so the
-interval is as narrow as the data allow. The resampling is NumPy's (``default_rng(seed)``),
+interval is as narrow as the data allow. The resampling
+(:func:`evaluator._stats.bootstrap_mean_ci`) is NumPy's (``default_rng(seed)``),
 vectorised: 2,000 resamples of 100,000 pairs take about two seconds where plain Python
 would take a minute and a half (and a few milliseconds when the differences take few
 distinct values, as an exact-match metric's do); a fixed seed makes the page the same at
@@ -26,8 +27,8 @@ from typing import Literal
 
 import msgspec
 
-from .._results import Result
-from ._load import id_key
+from .._results import Result, example_key
+from .._stats import bootstrap_mean_ci
 
 __all__ = [
     "Comparison",
@@ -37,13 +38,10 @@ __all__ = [
     "Status",
     "compare_results",
     "pair_results",
-    "paired_bootstrap_ci",
     "status_of",
 ]
 
 Status = Literal["worse", "same", "better"]
-_INDEX_BUDGET = 4_000_000  # resample indices held at once (16 MB), whatever the run size
-_FEW_VALUES = 64  # up to this many distinct differences, resample by counting them
 
 
 class PairedDifference(msgspec.Struct, frozen=True, kw_only=True):
@@ -110,11 +108,11 @@ class Pairing(msgspec.Struct, frozen=True):
 
 def pair_results(current: Sequence[Result], baseline: Sequence[Result]) -> Pairing:
     """Match by example id (``1`` and ``"1"`` are different ids), in this run's order."""
-    where = {id_key(r.example_id): i for i, r in enumerate(baseline)}
+    where = {example_key(r.example_id): i for i, r in enumerate(baseline)}
     pairs: list[tuple[int, int]] = []
     only_current: list[int] = []
     for i, result in enumerate(current):
-        j = where.pop(id_key(result.example_id), None)
+        j = where.pop(example_key(result.example_id), None)
         if j is None:
             only_current.append(i)
         else:
@@ -129,56 +127,6 @@ def status_of(delta: float, tolerance: float) -> Status:
     if delta > tolerance:
         return "better"
     return "same"
-
-
-def paired_bootstrap_ci(
-    differences: Sequence[float],
-    *,
-    resamples: int = 2000,
-    confidence: float = 0.95,
-    seed: int = 0,
-) -> tuple[float, float]:
-    """The percentile bootstrap interval of the mean of ``differences`` (one per pair).
-
-    Deterministic for a seed. Memory stays bounded (resamples are drawn in chunks whose
-    size depends only on the number of pairs, so the same data and seed always give the
-    same interval).
-    """
-    import numpy as np
-
-    if not differences:
-        raise ValueError("paired_bootstrap_ci: needs at least one difference, got none")
-    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 1:
-        raise ValueError(
-            f"paired_bootstrap_ci: `resamples` must be a positive int, got {resamples!r}"
-        )
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(
-            "paired_bootstrap_ci: `confidence` must lie strictly between 0 and 1, "
-            f"got {confidence!r}"
-        )
-    d = np.asarray(differences, dtype=np.float64)
-    if not np.isfinite(d).all():
-        raise ValueError("paired_bootstrap_ci: every difference must be a finite number")
-    n = int(d.size)
-    rng = np.random.default_rng(seed)
-    values, counts = np.unique(d, return_counts=True)
-    if values.size <= _FEW_VALUES:
-        # Few distinct differences (an exact-match metric gives -1, 0 and 1): a resample
-        # is then exactly a multinomial draw of how often each value is picked, which
-        # costs per distinct value rather than per pair.
-        picked = rng.multinomial(n, counts / n, size=resamples)
-        means = picked @ values / n
-    else:
-        means = np.empty(resamples, dtype=np.float64)
-        chunk = max(1, min(resamples, _INDEX_BUDGET // n))
-        for start in range(0, resamples, chunk):
-            rows = min(chunk, resamples - start)
-            picks = rng.integers(0, n, size=(rows, n), dtype=np.uint32)
-            means[start : start + rows] = d[picks].mean(axis=1)
-    tail = (1.0 - confidence) / 2.0
-    low, high = np.quantile(means, [tail, 1.0 - tail])
-    return float(low), float(high)
 
 
 def compare_results(
@@ -219,9 +167,7 @@ def compare_results(
     mean_current = mean_baseline = None
     if deltas:
         n = len(deltas)
-        low, high = paired_bootstrap_ci(
-            deltas, resamples=resamples, confidence=confidence, seed=seed
-        )
+        low, high = bootstrap_mean_ci(deltas, resamples=resamples, confidence=confidence, seed=seed)
         difference = PairedDifference(
             n=n,
             mean=math.fsum(deltas) / n,

@@ -9,10 +9,12 @@ one file at once): a report that counted it twice would be wrong, and one that k
 line would be silently choosing.
 
 A results file may start with a header line, an object holding the key
-``"skynet_eval_results"`` (the format version) and metadata about what produced the run
-(fingerprints of the dataset, metric, program and artifact, when it was created). Files
-with and without it are read alike; the metadata is shown on the page. A header found
-again further down (a resumed run may record its own session) is kept as a later session.
+``"skynet_eval_results"`` (the format version; key and version are
+:mod:`evaluator._fingerprint`'s, as for ``--resume``) and metadata about what produced
+the run (fingerprints of the dataset, metric, program and artifact, when it was
+created). Files with and without it are read alike; the metadata is shown on the page.
+A header found again further down (a resumed run may record its own session) is kept
+as a later session.
 
 Results do not carry the example's input and expected value; :func:`join_examples` joins
 them from the dataset by id. A result line that carries ``input`` or ``expected`` keys
@@ -29,20 +31,17 @@ from typing import Any
 import msgspec
 
 from .._exceptions import ResultsFileError
-from .._results import Observation, Result, Usage
+from .._fingerprint import FORMAT_VERSION, HEADER_KEY
+from .._results import Observation, Result, Usage, example_key
 
 __all__ = [
-    "HEADER_KEY",
     "ResultsFile",
     "ResultsFileError",
-    "id_key",
     "join_examples",
     "load_results_file",
     "results_from",
 ]
 
-HEADER_KEY = "skynet_eval_results"
-FORMAT_VERSION = 1
 _BOM = b"\xef\xbb\xbf"
 _SHOWN = 60  # bytes of a bad line quoted in its error
 
@@ -114,18 +113,6 @@ class ResultsFile(msgspec.Struct, kw_only=True):
 _decoder = msgspec.json.Decoder(_DecodedLine)
 _decode_line = _decoder.decode
 _decode_any = msgspec.json.Decoder().decode
-
-
-def id_key(example_id: Any) -> Any:
-    """A hashable key that tells ids apart by type as well (``1`` is not ``"1"``)."""
-    if isinstance(example_id, str):
-        return example_id
-    if isinstance(example_id, int) and not isinstance(example_id, bool):
-        return (int, example_id)
-    try:
-        return ("json", msgspec.json.encode(example_id))
-    except (TypeError, ValueError, UnicodeEncodeError):
-        return ("repr", repr(example_id))
 
 
 def load_results_file(path: str | PathLike[str]) -> ResultsFile:
@@ -317,7 +304,7 @@ def _header(path: str, number: int, value: dict[str, Any]) -> dict[str, Any]:
 def _refuse_duplicates(path: str | None, results: list[Result], numbers: list[int] | None) -> None:
     seen: dict[Any, int] = {}
     for index, result in enumerate(results):
-        key = id_key(result.example_id)
+        key = example_key(result.example_id)
         first = seen.setdefault(key, index)
         if first != index:
             if numbers is not None:
@@ -360,10 +347,11 @@ class Joined(msgspec.Struct, frozen=True):
 
 
 def join_examples(examples: Iterable[Any]) -> dict[Any, Joined]:
-    """Input and expected value of each dataset example, keyed by :func:`id_key`."""
+    """Input and expected value of each dataset example, keyed by
+    :func:`evaluator._results.example_key`."""
     out: dict[Any, Joined] = {}
     for example in examples:
-        out[id_key(example.id)] = Joined(example.input, example.expected)
+        out[example_key(example.id)] = Joined(example.input, example.expected)
     return out
 
 

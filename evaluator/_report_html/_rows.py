@@ -26,9 +26,9 @@ from typing import Any
 
 import msgspec
 
-from .._results import Result
+from .._results import Result, example_key
 from ._compare import Pairing, status_of
-from ._load import Joined, ReportLine, id_key
+from ._load import Joined, ReportLine
 
 __all__ = [
     "STATUS_CODES",
@@ -165,7 +165,7 @@ def _sources(
         elif examples is None:
             out.append(("none", unset, unset))
         else:
-            joined = examples.get(id_key(result.example_id))
+            joined = examples.get(example_key(result.example_id))
             if joined is None:
                 out.append(("missing", unset, unset))
             else:

@@ -1,13 +1,13 @@
 """The numbers of one run: counts, means, costs, percentiles, histograms, error groups.
 
-The definitions are those of the run's own summary (``evaluator._report``): ``n`` = ``ok``
+The counts, means and costs are the run's own summary's (``evaluator._report``'s
+``ReportBuilder`` computes them for both): ``n`` = ``ok``
 + the errors of each kind; the mean over all examples counts each error at the score it
 was recorded with (the failure score), the mean over the ok ones says how many it covers;
 a named score's mean covers the ok examples that returned it; a cost is a measured number
 only when every example it sums was measured, otherwise it is None and the count of
-unmeasured examples (and their reasons) says why. Unlike the run's streaming summary,
-which keeps 1 % latency buckets, a report holds every value, so its percentiles are exact
-(linear interpolation between order statistics, NumPy's default).
+unmeasured examples (and their reasons) says why. Percentiles are exact, as the run's:
+:func:`evaluator._stats.percentiles` (linear interpolation between order statistics).
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from typing import Any
 
 import msgspec
 
+from .._report import ReportBuilder
 from .._results import ERROR_KINDS, Result
+from .._stats import percentiles
 
 __all__ = [
     "Bin",
@@ -117,25 +119,22 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
 
 def distribution(values: Sequence[float | None]) -> Distribution:
     """Count, total, mean, min, p50/p95/p99 and max of the values that are not None."""
-    import numpy as np
-
     measured = [v for v in values if v is not None]
     missing = len(values) - len(measured)
     if not measured:
         return Distribution(missing=missing)
-    array = np.asarray(measured, dtype=np.float64)
-    p50, p95, p99 = (float(v) for v in np.percentile(array, [50.0, 95.0, 99.0]))
+    p50, p95, p99 = percentiles(measured, [0.5, 0.95, 0.99])
     total = math.fsum(measured)
     return Distribution(
         count=len(measured),
         missing=missing,
         total=total,
         mean=total / len(measured),
-        min=float(array.min()),
+        min=float(min(measured)),
         p50=p50,
         p95=p95,
         p99=p99,
-        max=float(array.max()),
+        max=float(max(measured)),
     )
 
 
@@ -254,62 +253,51 @@ def _cost_notes(results: Sequence[Result]) -> list[tuple[str, int]]:
 
 def summarize(results: Sequence[Result], meta: Mapping[str, Any] | None = None) -> RunSummary:
     """The summary of ``results``; ``meta`` may give ``wall_s`` (and ``throughput``), which
-    a results file does not record, so a report of a file alone shows them as unknown."""
+    a results file does not record, so a report of a file alone shows them as unknown.
+
+    What is counted is the run's own builder's (:class:`ReportBuilder`, the one place the
+    counts are defined); a file's report holds every value, so its sums are exact
+    (``math.fsum``, where the live builder keeps running sums that agree to rounding); and
+    it adds what only a page shows: distributions, error groups, why costs went
+    unmeasured."""
+    builder = ReportBuilder()
+    builder.add_many(results)
+    run = builder.build(wall_s=0.0)
     # Column by column (comprehensions), which is several times faster than one loop
     # that appends to many lists: a report of 100,000 examples is built in seconds.
-    observations = [r.observation for r in results]
-    judges_usage = [r.judge for r in results]
-    failed = [r for r in results if r.error is not None]
-    errors: Counter[str] = Counter(r.error.kind for r in failed if r.error is not None)
-    failure_scores = {r.score for r in failed}
-    ok_scores = [r.score for r in results if r.error is None]
-    ran = [o for o in observations if o.duration_ms is not None]
+    ran = [o for o in (r.observation for r in results) if o.duration_ms is not None]
     program_ms: list[float | None] = [o.duration_ms for o in ran]
     own_ms: list[float | None] = [max(0.0, o.duration_ms - o.queued_ms) for o in ran]  # type: ignore[operator]
-    program_cost = [o.cost_usd for o in ran]
-    judge_cost = [u.cost_usd for u in judges_usage]
-    counters = {
-        "program_calls": sum(o.llm_calls for o in observations),
-        "judge_calls": sum(u.llm_calls for u in judges_usage),
-        "input_tokens": sum(o.input_tokens for o in observations)
-        + sum(u.input_tokens for u in judges_usage),
-        "output_tokens": sum(o.output_tokens for o in observations)
-        + sum(u.output_tokens for u in judges_usage),
-        "rate_limited": sum(o.rate_limited for o in observations)
-        + sum(u.rate_limited for u in judges_usage),
-        "retries": sum(o.retries for o in observations) + sum(u.retries for u in judges_usage),
-    }
     n = len(results)
-    program = distribution(program_cost)
-    judges = distribution(judge_cost)
+    program = distribution([o.cost_usd for o in ran])
+    judges = distribution([r.judge.cost_usd for r in results])
+    ok_scores = [r.score for r in results if r.error is None]
     wall = _number(meta, "wall_s")
     throughput = _number(meta, "throughput")
     if throughput is None and wall and "throughput" not in (meta or {}):
         # Only when nothing says otherwise: a run that recorded None could not tell
         # its rate (its results were made before its clock started).
         throughput = n / wall
-    ordered_errors = {k: errors[k] for k in ERROR_KINDS if k in errors}
-    ordered_errors.update({k: errors[k] for k in sorted(errors) if k not in ordered_errors})
     return RunSummary(
         n=n,
-        ok=len(ok_scores),
-        errors=ordered_errors,
-        failure_scores=sorted(failure_scores),
+        ok=run.ok,
+        errors=run.errors,
+        failure_scores=sorted({r.score for r in results if r.error is not None}),
         mean_score=math.fsum(r.score for r in results) / n if n else math.nan,
         mean_score_ok=math.fsum(ok_scores) / len(ok_scores) if ok_scores else None,
         named=_named_means(results),
         program_ran=len(program_ms),
-        program_cost_usd=program.total if program.count and not program.missing else None,
-        program_cost_unmeasured=program.missing,
-        judge_calls=counters["judge_calls"],
-        judge_cost_usd=(judges.total or 0.0) if not judges.missing else None,
-        judge_cost_unmeasured=judges.missing,
+        program_cost_usd=program.total if run.program_cost_usd is not None else None,
+        program_cost_unmeasured=run.program_cost_unmeasured,
+        judge_calls=run.judge_llm_calls,
+        judge_cost_usd=(judges.total or 0.0) if run.judge_cost_usd is not None else None,
+        judge_cost_unmeasured=run.judge_cost_unmeasured,
         cost_notes=_cost_notes(results),
-        program_calls=counters["program_calls"],
-        input_tokens=counters["input_tokens"],
-        output_tokens=counters["output_tokens"],
-        rate_limited=counters["rate_limited"],
-        retries=counters["retries"],
+        program_calls=run.program_llm_calls,
+        input_tokens=run.input_tokens,
+        output_tokens=run.output_tokens,
+        rate_limited=run.rate_limited,
+        retries=run.retries,
         program_ms=distribution(program_ms),
         program_own_ms=distribution(own_ms),
         metric_ms=distribution([r.metric_ms for r in results]),

@@ -1,19 +1,17 @@
 """The report's summary in a terminal: the same numbers as the page, as rows of a table.
 
 Rows are (label, value) pairs, built apart from their printing, so a test can read them
-and ``--json`` can skip them.
+and ``--json`` can skip them; ``evaluator._cli._output`` prints them, as it prints
+``run``'s.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from ._build import BuiltReport
 from ._compare import Comparison
 from ._html import delta_, ms_, n_, score_, usd_
 from ._stats import Distribution, RunSummary
 
-__all__ = ["comparison_rows", "print_report", "summary_rows"]
+__all__ = ["comparison_rows", "summary_rows"]
 
 
 def _percentiles(d: Distribution) -> str:
@@ -79,27 +77,3 @@ def comparison_rows(c: Comparison) -> list[tuple[str, str]]:
     # The row above names the interval; the verdict row says only what it means.
     rows.append(("verdict", c.verdict.replace(" of the mean difference", "")))
     return rows
-
-
-def print_report(built: BuiltReport, console: Any, *, results: str, baseline: str | None) -> None:
-    """Print the summary (and the comparison) as tables on a rich console."""
-    from rich.table import Table
-
-    def table(title: str, rows: list[tuple[str, str]]) -> Any:
-        t = Table(title=title, show_header=False, title_justify="left")
-        t.add_column(style="bold")
-        t.add_column()
-        for label, value in rows:
-            t.add_row(label, value)
-        return t
-
-    console.print(table(f"Report: {results}", summary_rows(built.summary)))
-    for warning in built.warnings:
-        console.print(f"! {warning}", markup=False, highlight=False, soft_wrap=True)
-    if built.comparison is not None and baseline is not None:
-        console.print(table(f"Against the baseline: {baseline}", comparison_rows(built.comparison)))
-        if built.regressions:
-            worst = ", ".join(f"{ident} {delta_(delta)}" for ident, delta in built.regressions[:5])
-            console.print(
-                f"largest regressions: {worst}", markup=False, highlight=False, soft_wrap=True
-            )

@@ -3,84 +3,13 @@
 from __future__ import annotations
 
 import math
-import random
-import statistics
 
 import pytest
 
-from evaluator._report_html import compare_results, paired_bootstrap_ci
-from evaluator._report_html._compare import _FEW_VALUES, pair_results, status_of
+from evaluator._report_html import compare_results
+from evaluator._report_html._compare import pair_results, status_of
 
 from .conftest import result
-
-
-class TestPairedBootstrapCi:
-    def test_equal_differences_give_a_point(self) -> None:
-        """When every pair differs by the same amount, every resample's mean is it."""
-        assert paired_bootstrap_ci([0.25] * 40) == (0.25, 0.25)
-
-    def test_one_pair(self) -> None:
-        """One pair: every resample is that pair."""
-        assert paired_bootstrap_ci([-0.5]) == (-0.5, -0.5)
-
-    def test_a_skewed_three_pair_case_by_hand(self) -> None:
-        """Differences (0, 0, 3): a resample's mean is the number K of 3s drawn, K ~
-        Binomial(3, 1/3), so P(K=0) = 8/27 > 2.5 % and P(K=3) = 1/27 > 2.5 %: the 95 %
-        interval is exactly [0, 3]."""
-        assert paired_bootstrap_ci([0.0, 0.0, 3.0], resamples=4000, seed=1) == (0.0, 3.0)
-
-    def test_a_symmetric_two_pair_case_by_hand(self) -> None:
-        """Differences (-1, +1): resample means are -1, 0, +1 with probabilities 1/4, 1/2,
-        1/4, so the 2.5th and 97.5th percentiles are -1 and +1."""
-        assert paired_bootstrap_ci([-1.0, 1.0], seed=3) == (-1.0, 1.0)
-
-    def test_the_same_seed_gives_the_same_interval(self) -> None:
-        """Deterministic for a seed (the page is the same at every build); another seed
-        draws other resamples."""
-        rng = random.Random(5)
-        d = [rng.gauss(0.1, 1.0) for _ in range(500)]
-        assert paired_bootstrap_ci(d, seed=7) == paired_bootstrap_ci(d, seed=7)
-        assert paired_bootstrap_ci(d, seed=7) != paired_bootstrap_ci(d, seed=8)
-
-    def test_many_pairs_match_the_normal_approximation(self) -> None:
-        """For 2,000 pairs the interval is close to mean ± 1.96 s/sqrt(n) (a check that
-        resampling draws every pair with equal chance), within 10 % of its half-width."""
-        rng = random.Random(11)
-        d = [rng.gauss(0.2, 1.0) for _ in range(2000)]
-        low, high = paired_bootstrap_ci(d, resamples=4000)
-        mean = math.fsum(d) / len(d)
-        half = 1.96 * statistics.pstdev(d) / math.sqrt(len(d))
-        assert low < mean < high
-        assert abs((mean - low) - half) < 0.1 * half
-        assert abs((high - mean) - half) < 0.1 * half
-
-    def test_counting_and_drawing_agree(self) -> None:
-        """Few distinct differences are resampled by counting them (a multinomial draw),
-        many by drawing indices: on the same data both give the same interval, within
-        the resampling's own noise."""
-        rng = random.Random(2)
-        few = [rng.choice((-1.0, 0.0, 0.0, 1.0, 1.0)) for _ in range(3000)]
-        # Distinct values past the threshold, each moved by far less than the interval.
-        many = [v + 1e-9 * i for i, v in enumerate(few)]
-        assert len(set(few)) <= _FEW_VALUES < len(set(many))
-        a = paired_bootstrap_ci(few, resamples=4000)
-        b = paired_bootstrap_ci(many, resamples=4000)
-        width = a[1] - a[0]
-        assert abs(a[0] - b[0]) < 0.08 * width and abs(a[1] - b[1]) < 0.08 * width
-
-    @pytest.mark.parametrize(
-        ("kwargs", "message"),
-        [
-            ({"differences": []}, "needs at least one difference"),
-            ({"differences": [1.0], "resamples": 0}, "`resamples` must be a positive int"),
-            ({"differences": [1.0], "confidence": 1.0}, "`confidence` must lie strictly"),
-            ({"differences": [math.nan]}, "every difference must be a finite number"),
-        ],
-    )
-    def test_bad_arguments(self, kwargs: dict[str, object], message: str) -> None:
-        """Bad arguments are refused, naming the parameter."""
-        with pytest.raises(ValueError, match=message):
-            paired_bootstrap_ci(**kwargs)  # type: ignore[arg-type]
 
 
 class TestStatusOf:

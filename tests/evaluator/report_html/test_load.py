@@ -13,10 +13,10 @@ from evaluator._report_html import ResultsFileError, load_results_file
 from evaluator._report_html._load import (
     ReportLine,
     header_fields,
-    id_key,
     join_examples,
     results_from,
 )
+from evaluator._results import example_key
 
 from .conftest import result, write_results
 
@@ -218,5 +218,5 @@ class TestJoinExamples:
                 Example(id="1", input={"q": "b"}),
             ]
         )
-        assert joined[id_key(1)].input == {"q": "a"}
-        assert joined[id_key("1")].expected is None
+        assert joined[example_key(1)].input == {"q": "a"}
+        assert joined[example_key("1")].expected is None
