@@ -212,6 +212,7 @@ async def _main(
             models=serving.models(configs),
             cache=options.cache,
             cache_key_files=options.cache_key_files,
+            budget=options.budget,
         ) as ev,
     ):
         plan.builder.failure_score = ev.failure_score

@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from llm_client import ModelConfig
+from llm_client import ModelConfig, Share, Spend
 
 from .._aio import shielded
 from .._cache import CacheStatistics, KeyMaker, ResultCache, check_directory, check_key_files
@@ -36,7 +36,7 @@ from .._executors._factory import open_executor
 from .._executors._threads import ThreadExecutorStatistics
 from .._kinds import refusal
 from .._loader import UserFunction, load_metric, load_program
-from .._models import ModelRouter, Models, ModelStatistics
+from .._models import Budget, ModelRouter, Models, ModelStatistics
 from .._options import MAX_TIMEOUT, validate_count, validate_ray_address, validate_timeout
 from .._report import (
     ClusterSummary,
@@ -44,6 +44,7 @@ from .._report import (
     Report,
     ReportBuilder,
     StageExecution,
+    budget_summary,
     combine_clusters,
 )
 from .._results import Result
@@ -269,6 +270,7 @@ class Evaluator:
         cache_key_files: Sequence[str | Path] = (),
         tracer_provider: Any = None,
         meter_provider: Any = None,
+        budget: Budget | None = None,
     ) -> None:
         self.timeout = validate_timeout(timeout, "timeout", upper=MAX_TIMEOUT)
         self.program_timeout = (
@@ -324,6 +326,9 @@ class Evaluator:
         self._stack: contextlib.AsyncExitStack | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flow = Flow(self.failure_score, self.concurrency)
+        self.budget = _budget_option(budget, "budget")
+        #: The lifetime budget's ledger, from when the Evaluator opens.
+        self._spend: Spend | None = None
 
     # -- lifetime ---------------------------------------------------------------------
 
@@ -356,6 +361,14 @@ class Evaluator:
             self._state = "closed"
             await shielded(stack.aclose())
             raise
+        if self.budget is not None:
+            try:
+                _check_priced(router, self.budget)
+            except BaseException:
+                self._state = "closed"
+                await shielded(stack.aclose())
+                raise
+            self._spend = self.budget.ledger(name="Evaluator's budget")
         telemetry = open_telemetry(self.tracer_provider, self.meter_provider)
         self._flow.attach(metric, program, router, self._cache, telemetry)
         self._stack = stack
@@ -416,6 +429,7 @@ class Evaluator:
         *,
         tenant: Hashable | None = None,
         weight: float = 1.0,
+        budget: Budget | None = None,
     ) -> list[Result]:
         """Evaluate ``examples`` with ``artifact``; one result per example, in input order.
 
@@ -425,7 +439,7 @@ class Evaluator:
         this call's work only.
         """
         self._check_open()
-        share = caller_share(tenant, weight)
+        share = self._share(tenant, weight, budget)
         return await self._flow.collect(artifact, examples, share=share)
 
     def stream(
@@ -435,6 +449,7 @@ class Evaluator:
         *,
         tenant: Hashable | None = None,
         weight: float = 1.0,
+        budget: Budget | None = None,
     ) -> ResultStream:
         """Results as they complete, in bounded memory.
 
@@ -446,7 +461,7 @@ class Evaluator:
         :meth:`evaluate_many`.
         """
         self._check_open()
-        share = caller_share(tenant, weight)
+        share = self._share(tenant, weight, budget)
         return ResultStream(self._flow, self._check_open, artifact, Source(examples), share)
 
     async def evaluate(
@@ -456,25 +471,48 @@ class Evaluator:
         *,
         tenant: Hashable | None = None,
         weight: float = 1.0,
+        budget: Budget | None = None,
     ) -> Report:
         """Evaluate ``examples`` and return the :class:`Report` (no list of results kept).
 
         ``tenant`` and ``weight``: as for :meth:`evaluate_many`.
         """
         self._check_open()
-        share = caller_share(tenant, weight)
+        share = self._share(tenant, weight, budget)
         builder = ReportBuilder(failure_score=self.failure_score)
 
         async def add(position: int, chunk: list[Result]) -> None:
             builder.add_many(chunk)
 
         await self._flow.drive(artifact, Source(examples), add, share=share)
-        return self.build_report(builder)
+        return self.build_report(builder, share.spend)
 
-    def build_report(self, builder: ReportBuilder) -> Report:
+    def _share(self, tenant: Hashable | None, weight: float, budget: Budget | None) -> Share:
+        """One call's share, with its spending ledger: its own ``budget`` inside the
+        Evaluator's, or the Evaluator's (None: no limit)."""
+        share = caller_share(tenant, weight)
+        budget = _budget_option(budget, "budget")
+        if budget is None:
+            share.spend = self._spend
+        else:
+            assert self._flow.router is not None
+            _check_priced(self._flow.router, budget)
+            share.spend = budget.ledger(self._spend, "call's budget")
+        return share
+
+    @property
+    def spend(self) -> Spend | None:
+        """The ledger of the Evaluator's lifetime budget (None: no budget, or unopened)."""
+        return self._spend
+
+    def build_report(self, builder: ReportBuilder, spend: Spend | None = None) -> Report:
         """``builder``'s report, with how this Evaluator ran: each stage's executor and
-        why, the model budgets in force, the threads and async calls abandoned."""
+        why, the model budgets in force, the threads and async calls abandoned, and the
+        spending budget against what was spent (``spend``: a call's ledger; default the
+        Evaluator's)."""
+        spend = self._spend if spend is None else spend
         return builder.build(
+            budget=None if spend is None else budget_summary(spend),
             abandoned_threads=self._abandoned(),
             abandoned_tasks=self._abandoned_tasks(),
             executors=self._executors(),
@@ -569,6 +607,33 @@ class Evaluator:
             stats.abandoned_tasks
             for ex in (self._flow.metric, self._flow.program)
             if ex is not None and isinstance(stats := ex.statistics(), AsyncExecutorStatistics)
+        )
+
+
+def _budget_option(value: Any, option: str) -> Budget | None:
+    if value is None or isinstance(value, Budget):
+        return value
+    raise ConfigError(
+        f"must be an evaluator.Budget(usd=..., calls=..., seconds=...), got {type(value).__name__}",
+        option=option,
+        value=value,
+    )
+
+
+def _check_priced(router: ModelRouter, budget: Budget) -> None:
+    """A dollar budget needs every configured model's price: a clear error before
+    anything runs, naming the model and how to price it."""
+    if budget.usd is None:
+        return
+    unpriced = router.unpriced()
+    if unpriced:
+        names = ", ".join(repr(m) for m in unpriced)
+        raise ConfigError(
+            f"a dollar budget (Budget(usd={budget.usd:g}), --max-cost on the command line) "
+            f"needs a price for every model, and none is known for model {names}, so no "
+            "call's worst case can be reserved: give it a price (ModelConfig's "
+            "price_input/price_output, USD per million tokens; --price-input/--price-output "
+            "on the command line), or drop the dollar limit"
         )
 
 
