@@ -229,7 +229,10 @@ class Evaluator:
     for any other. ``workers`` sizes the thread pool or the worker processes;
     ``concurrency`` bounds the examples in flight (and the calls at once of every
     executor). ``models`` chooses the program, metric and reflection models for
-    ``skynet.llm``. An error result scores ``failure_score``.
+    ``skynet.llm``. An error result scores ``failure_score``. ``budget``
+    (:class:`~evaluator._models.Budget`) caps the dollars, model calls and seconds of the
+    Evaluator's whole life, never overrun (``llm_client/_spend.py``); the examples it
+    leaves get ``budget_exhausted``.
     ``ray_address`` is the Ray cluster of a stage on "ray" ("auto", "HOST:PORT",
     "ray://HOST:PORT"; None: a local instance started and stopped with the Evaluator).
     ``cache`` keeps each example's result without an error, keyed by everything that can
@@ -435,8 +438,9 @@ class Evaluator:
 
         ``tenant`` (default: the calling task) and ``weight`` (default 1) set this call's
         share of the executors' slots and the model budgets while other tenants want
-        them too; alone, a tenant gets all of both. Cancelling the calling task stops
-        this call's work only.
+        them too; alone, a tenant gets all of both. ``budget``: this call's own spending
+        limit, inside the Evaluator's. Cancelling the calling task stops this call's
+        work only.
         """
         self._check_open()
         share = self._share(tenant, weight, budget)
@@ -457,8 +461,8 @@ class Evaluator:
         ``async with ev.stream(...) as results`` (or ``await results.aclose()``) to stop
         early and release at once what is still in flight. A consumer cancelled while it
         waits for the next result (a client that disconnected) stops the stream's work
-        too. ``tenant`` (default: the task that calls ``stream``) and ``weight``: as for
-        :meth:`evaluate_many`.
+        too. ``tenant`` (default: the task that calls ``stream``), ``weight`` and
+        ``budget``: as for :meth:`evaluate_many`.
         """
         self._check_open()
         share = self._share(tenant, weight, budget)
@@ -475,7 +479,8 @@ class Evaluator:
     ) -> Report:
         """Evaluate ``examples`` and return the :class:`Report` (no list of results kept).
 
-        ``tenant`` and ``weight``: as for :meth:`evaluate_many`.
+        ``tenant``, ``weight`` and ``budget``: as for :meth:`evaluate_many`; the report
+        shows the call's budget (else the Evaluator's) against what was spent.
         """
         self._check_open()
         share = self._share(tenant, weight, budget)
