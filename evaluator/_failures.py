@@ -100,7 +100,7 @@ def budget_exhausted(example_id: Any, why: str) -> ErrorInfo:
     which limit, and what was spent against it)."""
     return ErrorInfo(
         "budget_exhausted",
-        f"example {example_id!r} was not evaluated: the budget ran out, {why}; raise the "
+        f"example {example_id!r} was not evaluated, its budget ran out: {why}; raise the "
         "budget (`budget=Budget(usd=..., calls=..., seconds=...)`, or --max-cost, "
         "--max-calls, --max-time) to evaluate it",
     )

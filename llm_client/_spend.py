@@ -185,8 +185,9 @@ class Spend:
             ):
                 if ledger.spent_usd + worst > ledger.usd:
                     ledger._exhaust(
-                        f"its worst case (${worst:.6f}) does not fit what is left of the "
-                        f"{ledger.name}"
+                        f"a model call's worst case (${worst:.6f}: its request's bytes and "
+                        "output cap, max_tokens, at the model's price) does not fit what is "
+                        f"left of the {ledger.name}"
                     )
                     return cast_str(ledger.exhausted)
                 wait = True

@@ -734,7 +734,10 @@ def _add_budget_arguments(group: Any) -> None:
         "--max-calls", type=int, metavar="N", help="send at most N model calls (retries count)"
     )
     group.add_argument(
-        "--max-time", type=float, metavar="S", help="start no example after S seconds"
+        "--max-time",
+        type=float,
+        metavar="S",
+        help="start no example, and send no model call, after S seconds",
     )
 
 

@@ -117,6 +117,27 @@ class TestDollars:
         exhausted = next(r for r in results if r.error is not None)
         assert f"of ${usd:g}" in exhausted.feedback and "budget ran out" in exhausted.feedback
 
+    @settings(max_examples=8, deadline=None)
+    @given(usd=st.floats(0.0, 0.01), concurrency=st.integers(1, 64))
+    def test_never_overrun_whatever_the_budget_and_concurrency(
+        self, tmp_path_factory: pytest.TempPathFactory, usd: float, concurrency: int
+    ) -> None:
+        """Any dollar budget, any number of examples in flight: the server billed at most
+        the budget, and every example has exactly one result."""
+        metric = write(tmp_path_factory.mktemp("m"), "judge.py", JUDGE)
+
+        async def main() -> tuple[list, float]:
+            async with Simulator(SimulatorConfig(latency_ms=2, jitter_ms=5)) as sim:
+                models = _judge(sim)
+                async with Evaluator(metric, models=models, concurrency=concurrency) as ev:
+                    results = await ev.evaluate_many(None, _rows(150), budget=Budget(usd=usd))
+                return results, _billed(sim)
+
+        results, billed = asyncio.run(main())
+        assert billed <= usd
+        assert [r.example_id for r in results] == list(range(150))
+        assert set(_kinds(results)) <= {None, "budget_exhausted"}
+
     async def test_the_report_shows_spent_against_the_budget(
         self, tmp_path: Path, sim: Simulator
     ) -> None:
