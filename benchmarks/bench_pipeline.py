@@ -13,6 +13,13 @@
    Beside it, the machine's floor measured in the same run: a bare hop from the loop to
    a thread and back (inline) and a bare one-byte round trip to a child process
    (process), which no executor can beat and which a loaded 2-core box stretches.
+4. The CLI beside the library on the same rows (100,000 and 300,000 of them; score-only
+   exact match; inline and the default executor, worker processes for this metric):
+   ``skynet-eval run --output`` in a fresh process, its examples/s as its report gives
+   them (the run after its contract check), against ``evaluate_many`` on a fresh
+   Evaluator that first ran the same 3 examples (paying the same start). Target: CLI at
+   least 0.8 of the library. Beside it, the command's whole wall time (interpreter, imports,
+   the one read of the dataset, the results file) as examples/s end to end.
 """
 
 from __future__ import annotations
@@ -262,24 +269,107 @@ def bench_optimizer(folder: Path, calls: int) -> dict[str, dict[str, float]]:
     return out
 
 
+# -- 4. the CLI beside the library --------------------------------------------------------
+
+CHECKED = 3  # the contract check's examples: the CLI's run starts after them
+
+
+def _dataset_file(folder: Path, n: int) -> tuple[Path, list[Example]]:
+    examples = _examples(n)
+    path = folder / f"rows-{n}.jsonl"
+    with path.open("w") as fh:
+        for ex in examples:
+            row = {"id": ex.id, "input": ex.input, "expected": ex.expected, "output": ex.output}
+            fh.write(json.dumps(row) + "\n")
+    return path, examples
+
+
+async def _library_rate(metric: Path, execution: str | None, examples: list[Example]) -> float:
+    async with Evaluator(metric, execution=execution) as ev:
+        await ev.evaluate_many(None, examples[:CHECKED])  # what the CLI's check pays
+        rest = examples[CHECKED:]
+        started = time.perf_counter()
+        results = await ev.evaluate_many(None, rest)
+        elapsed = time.perf_counter() - started
+    assert len(results) == len(rest)
+    return len(rest) / elapsed
+
+
+def _cli_rate(metric: Path, data: Path, execution: str | None, n: int) -> tuple[float, float]:
+    """(the report's examples/s, examples/s over the command's whole wall time)."""
+    out = data.with_suffix(".results.jsonl")
+    out.unlink(missing_ok=True)
+    argv = [sys.executable, "-m", "evaluator", "run", "--metric", str(metric)]
+    argv += ["--data", str(data), "--output", str(out), "--json"]
+    if execution is not None:
+        argv += ["--execution", execution]
+    started = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, check=True, cwd=ROOT)
+    wall = time.perf_counter() - started
+    report = json.loads(done.stdout)
+    assert report["n"] == n, report
+    return float(report["throughput"]), n / wall
+
+
+def bench_cli(folder: Path, sizes: tuple[int, ...]) -> dict[str, dict[str, float]]:
+    metric = _write(folder, "exact.py", EXACT)
+    out: dict[str, dict[str, float]] = {}
+    for n in sizes:
+        data, examples = _dataset_file(folder, n)
+        for execution in ("inline", None):
+            library = asyncio.run(_library_rate(metric, execution, examples))
+            cli, whole = _cli_rate(metric, data, execution, n)
+            out[f"{n}/{execution or 'default'}"] = {
+                "library": library,
+                "cli": cli,
+                "ratio": cli / library,
+                "cli_end_to_end": whole,
+            }
+        data.unlink()
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="small sizes for CI")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--only-cli", action="store_true", help="only 4: the CLI and the library")
     args = parser.parse_args(argv)
     n_cheap, n_memory, n_calls = (
         (20_000, 100_000, 200) if args.smoke else (200_000, 1_000_000, 2_000)
     )
+    cli_sizes = (20_000,) if args.smoke else (100_000, 300_000)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        cheap = bench_cheap(folder, n_cheap)
-        memory = bench_memory(folder, n_memory)
-        optimizer = bench_optimizer(folder, n_calls)
+        if args.only_cli:
+            cheap: dict[str, float] = {}
+            memory: dict[str, float] = {}
+            optimizer: dict[str, dict[str, float]] = {}
+        else:
+            cheap = bench_cheap(folder, n_cheap)
+            memory = bench_memory(folder, n_memory)
+            optimizer = bench_optimizer(folder, n_calls)
+        cli = bench_cli(folder, cli_sizes)
     out: dict[str, Any] = {"sizes": {"cheap": n_cheap, "memory": n_memory, "calls": n_calls}}
-    out.update({"cheap": cheap, "memory": memory, "optimizer": optimizer})
+    out.update({"cheap": cheap, "memory": memory, "optimizer": optimizer, "cli": cli})
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
+    if not args.only_cli:
+        _print_engine(out)
+    print("4. the CLI beside the library, the same rows, score-only exact match (examples/s)")
+    for name, figures in cli.items():
+        print(
+            f"   {name:<15} library {figures['library']:>10,.0f}   CLI {figures['cli']:>10,.0f}"
+            f"   CLI/library {figures['ratio']:.2f} (target >= 0.8);"
+            f" the whole command {figures['cli_end_to_end']:>9,.0f}"
+        )
+    return 0
+
+
+def _print_engine(out: dict[str, Any]) -> None:
+    cheap, memory, optimizer = out["cheap"], out["memory"], out["optimizer"]
+    n_cheap, n_memory, n_calls = (out["sizes"][k] for k in ("cheap", "memory", "calls"))
     print(f"1. cheap metric, {n_cheap:,} examples score-only (examples/s)")
     for name, rate in cheap.items():
         print(f"   {name:<18} {rate:>12,.0f}")
@@ -305,7 +395,6 @@ def main(argv: list[str] | None = None) -> int:
             f"engine overhead {figures['overhead_us']:8.1f} µs (target <= 200); "
             f"of which the machine's bare hop {figures['floor_us']:6.1f} µs"
         )
-    return 0
 
 
 if __name__ == "__main__":

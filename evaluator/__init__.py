@@ -54,6 +54,11 @@ if typing.TYPE_CHECKING:
     from ._pipeline import Evaluator as Evaluator
     from ._pipeline import EvaluatorStatistics as EvaluatorStatistics
     from ._pipeline import ResultStream as ResultStream
+    from ._race import RaceCandidate as RaceCandidate
+    from ._race import RaceResult as RaceResult
+    from ._race import RaceRound as RaceRound
+    from ._race import RaceSpend as RaceSpend
+    from ._race import Ties as Ties
     from ._report import CacheSummary as CacheSummary
     from ._report import Latency as Latency
     from ._report import ModelBudget as ModelBudget
@@ -116,6 +121,11 @@ _WHERE = {
     "Evaluator": "._pipeline",
     "EvaluatorStatistics": "._pipeline",
     "ResultStream": "._pipeline",
+    "RaceCandidate": "._race",
+    "RaceResult": "._race",
+    "RaceRound": "._race",
+    "RaceSpend": "._race",
+    "Ties": "._race",
     "CacheSummary": "._report",
     "Latency": "._report",
     "ModelBudget": "._report",
@@ -172,6 +182,10 @@ __all__ = [
     "OutputCheck",
     "OutputPathError",
     "OutsideCallError",
+    "RaceCandidate",
+    "RaceResult",
+    "RaceRound",
+    "RaceSpend",
     "Report",
     "ReportBuilder",
     "Result",
@@ -186,6 +200,7 @@ __all__ = [
     "Scored",
     "StageExecution",
     "StoreChange",
+    "Ties",
     "Usage",
     "UserFunction",
     "check_contract",
@@ -214,4 +229,5 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    # The public names only: the engine's modules and helpers are not the package's API.
+    return sorted(__all__)

@@ -18,7 +18,11 @@ format:
   cannot be sent to a model or written to a results file, and is named as such.
 - **Nesting is limited** to :data:`MAX_DEPTH` levels. The parsers and the engine (copies,
   pickling to worker processes, the results file) recurse once per level; a row nested
-  5,000 deep would otherwise end in a ``RecursionError`` somewhere later.
+  5,000 deep would otherwise end in a ``RecursionError`` somewhere later. msgspec has no
+  depth limit of its own (it stops at the interpreter's recursion limit), so a JSON Lines
+  row's depth is walked only when its line could pass the limit: at least
+  ``2 * (MAX_DEPTH + 1)`` bytes with more ``[`` and ``{`` than ``MAX_DEPTH`` (a cheap
+  upper bound on its depth); other rows cost no walk.
 
 Rows are decoded with msgspec for ``.jsonl`` and ``.json`` alike (one JSON dialect), and
 read lazily where the format allows (JSON Lines and CSV stream; a ``.json`` list is one
@@ -32,9 +36,9 @@ import csv
 import io
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 
@@ -213,34 +217,90 @@ def _line_col(data: bytes, offset: int) -> tuple[int, int]:
     return line, offset - (data.rfind(b"\n", 0, offset) + 1) + 1
 
 
-def jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
-    """``(line number, value)`` for every non-blank line of a JSON Lines file."""
-    decoder = msgspec.json.Decoder()
+#: The fewest bytes a JSON value nested past :data:`MAX_DEPTH` can take: an opening and a
+#: closing bracket per level. A shorter line cannot be too deep, so its depth is not walked.
+_DEEP_BYTES = 2 * (MAX_DEPTH + 1)
+_CHUNK = 1 << 20
+_DECODER = msgspec.json.Decoder()
+
+
+def _may_be_too_deep(raw: bytes) -> bool:
+    """Whether a row's bytes could nest past the limit: each level takes a ``[`` or ``{``,
+    so a line with no more of them than :data:`MAX_DEPTH` cannot (brackets inside strings
+    count too: an upper bound, checked exactly by :func:`too_deep` when it is passed)."""
+    return len(raw) >= _DEEP_BYTES and raw.count(b"[") + raw.count(b"{") > MAX_DEPTH
+
+
+def _hash_rest(fh: BinaryIO, digest: Any) -> None:
+    """The bytes a reader stopped before (a ``--limit``), hashed so the digest is the
+    whole file's."""
+    for chunk in iter(lambda: fh.read(_CHUNK), b""):
+        digest.update(chunk)
+
+
+def _lines(path: Path, fh: BinaryIO, digest: Any) -> Iterator[bytes]:
+    """The file's lines (without their ``\\n``), read in chunks; each chunk goes to
+    ``digest`` (when given) as it is read."""
+    chunk = fh.read(_CHUNK)
+    if digest is not None:
+        digest.update(chunk)
+    chunk = chunk[_skip_bom(path, chunk[:_SNIFF]) :]
+    carry = b""
+    while chunk:
+        lines = (carry + chunk).split(b"\n")
+        carry = lines.pop()
+        yield from lines
+        chunk = fh.read(_CHUNK)
+        if digest is not None:
+            digest.update(chunk)
+    if carry:
+        yield carry
+
+
+def _undecodable(path: Path, line_no: int, raw: bytes, exc: msgspec.DecodeError) -> DatasetError:
+    offset, problem = _describe_json_error(raw, exc)
+    if offset is not None and problem.startswith("broken JSON"):
+        problem += f" (column {_line_col(raw, offset)[1]})"
+    return DatasetError(path, line_no, problem)
+
+
+def jsonl_rows(path: Path, digest: Any = None) -> Generator[tuple[int, Any], None, None]:
+    """``(line number, value)`` for every non-blank line of a JSON Lines file.
+
+    The file is read once, in chunks; ``digest`` (a ``hashlib`` object), when given, is
+    updated with every byte of it, those after the point where the caller stopped
+    included, so that one read gives the rows and the file's fingerprint.
+    """
+    decoder = _DECODER
     with path.open("rb") as fh:
-        fh.seek(_skip_bom(path, fh.read(_SNIFF)))
-        for line_no, raw in enumerate(fh, start=1):
-            if raw.startswith(_UTF8_BOM):
-                # A file concatenated from files saved with a mark: the mark is not data.
-                raw = raw[len(_UTF8_BOM) :]
-            if not raw.strip():
-                continue
-            try:
-                value = decoder.decode(raw)
-            except msgspec.DecodeError as exc:
-                offset, problem = _describe_json_error(raw, exc)
-                if offset is not None and problem.startswith("broken JSON"):
-                    problem += f" (column {_line_col(raw, offset)[1]})"
-                raise DatasetError(path, line_no, problem) from None
-            except RecursionError:
-                raise DatasetError(path, line_no, too_deep_problem()) from None
-            if too_deep(value):
-                raise DatasetError(path, line_no, too_deep_problem())
-            yield line_no, value
+        try:
+            for line_no, raw in enumerate(_lines(path, fh, digest), start=1):
+                if raw.startswith(_UTF8_BOM):
+                    # A file concatenated from files saved with a mark: the mark is not data.
+                    raw = raw[len(_UTF8_BOM) :]
+                if not raw or raw.isspace():
+                    continue
+                try:
+                    value = decoder.decode(raw)
+                except msgspec.DecodeError as exc:
+                    raise _undecodable(path, line_no, raw, exc) from None
+                except RecursionError:
+                    raise DatasetError(path, line_no, too_deep_problem()) from None
+                if _may_be_too_deep(raw) and too_deep(value):
+                    raise DatasetError(path, line_no, too_deep_problem())
+                yield line_no, value
+        except GeneratorExit:
+            if digest is not None:
+                _hash_rest(fh, digest)
+            raise
 
 
-def json_rows(path: Path) -> Iterator[tuple[int | None, Any]]:
-    """The items of a ``.json`` file holding a list (or ``{"examples": [...]}``)."""
+def json_rows(path: Path, digest: Any = None) -> Generator[tuple[int | None, Any], None, None]:
+    """The items of a ``.json`` file holding a list (or ``{"examples": [...]}``);
+    ``digest``, when given, is updated with the file's bytes."""
     data = path.read_bytes()
+    if digest is not None:
+        digest.update(data)
     data = data[_skip_bom(path, data[:_SNIFF]) :]
     try:
         document = msgspec.json.decode(data)
@@ -264,7 +324,7 @@ def json_rows(path: Path) -> Iterator[tuple[int | None, Any]]:
         )
     for position, row in enumerate(document):
         # Depth is counted from the row, as in JSON Lines.
-        if too_deep(row):
+        if too_deep(row):  # one document: the whole file's brackets bound no single row
             raise DatasetError(f"{path} (item {position})", _deep_line(data), too_deep_problem())
         yield None, row
 
@@ -303,24 +363,53 @@ def _deep_line(data: bytes) -> int | None:
     return None
 
 
-def csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
-    """``(line number, row)`` for every record of a CSV file with a header line."""
-    with path.open("rb") as fh:
-        skip = _skip_bom(path, fh.read(_SNIFF))
-    with path.open("rb") as binary:
-        binary.seek(skip)
-        text = io.TextIOWrapper(binary, encoding="utf-8", newline="")
-        reader = csv.DictReader(text)
-        try:
-            yield from _csv_records(path, reader)
-        except csv.Error as exc:
-            raise DatasetError(path, reader.line_num, f"broken CSV: {exc}") from None
-        except UnicodeDecodeError:
-            # The wrapper decodes ahead in chunks, so find the line itself.
-            data = path.read_bytes()
-            bad = _first_bad_utf8(data)
-            line = data.count(b"\n", 0, bad) + 1
-            raise DatasetError(path, line, _not_utf8(data, bad)) from None
+class _Hashing(io.RawIOBase):
+    """A binary file whose bytes go to ``digest`` as they are read."""
+
+    def __init__(self, fh: io.FileIO, digest: Any) -> None:
+        self._fh = fh
+        self._digest = digest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n: int = self._fh.readinto(buffer)
+        if n:
+            self._digest.update(memoryview(buffer)[:n])
+        return n
+
+
+def csv_rows(path: Path, digest: Any = None) -> Generator[tuple[int, dict[str, str]], None, None]:
+    """``(line number, row)`` for every record of a CSV file with a header line;
+    ``digest``, when given, is updated with every byte of the file (read once)."""
+    with io.FileIO(path, "rb") as raw:
+        binary = io.BufferedReader(_Hashing(raw, digest) if digest is not None else raw)
+        binary.read(_skip_bom(path, binary.peek(_SNIFF)[:_SNIFF]))
+        with io.TextIOWrapper(binary, encoding="utf-8", newline="") as text:
+            yield from _csv_reading(path, text, binary, digest)
+
+
+def _csv_reading(
+    path: Path, text: io.TextIOWrapper, binary: BinaryIO, digest: Any
+) -> Generator[tuple[int, dict[str, str]], None, None]:
+    reader = csv.DictReader(text)
+    try:
+        yield from _csv_records(path, reader)
+    except csv.Error as exc:
+        raise DatasetError(path, reader.line_num, f"broken CSV: {exc}") from None
+    except UnicodeDecodeError:
+        # The wrapper decodes ahead in chunks, so find the line itself.
+        data = path.read_bytes()
+        bad = _first_bad_utf8(data)
+        line = data.count(b"\n", 0, bad) + 1
+        raise DatasetError(path, line, _not_utf8(data, bad)) from None
+    except GeneratorExit:
+        # Stopped early (a --limit): read on, so the digest is the whole file's (what the
+        # wrapper had read ahead was hashed as it was read).
+        while digest is not None and binary.read(_CHUNK):
+            pass
+        raise
 
 
 def _csv_records(path: Path, reader: csv.DictReader[str]) -> Iterator[tuple[int, dict[str, str]]]:

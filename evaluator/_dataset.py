@@ -20,8 +20,10 @@ recorded in a results file's header so that a resume knows what was chosen.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import random
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,15 @@ import msgspec
 from ._datafile import csv_rows, json_rows, jsonl_rows, too_deep, too_deep_problem
 from ._exceptions import ConfigError, DatasetError
 
-__all__ = ["NO_OUTPUT", "Example", "Selection", "examples_from_rows", "load_examples"]
+__all__ = [
+    "NO_OUTPUT",
+    "DatasetRead",
+    "Example",
+    "Selection",
+    "examples_from_rows",
+    "load_examples",
+    "read_dataset",
+]
 
 NO_OUTPUT: Any = msgspec.UNSET
 
@@ -145,7 +155,8 @@ def _canonical_example(
         raise _RowProblem(
             f"row has no 'input' object (it has keys {_have(row)}); use the canonical row "
             '{"id", "input": {...}, "expected": {...}} or name the flat columns with '
-            "--input-cols (and --output-cols for the expected values)"
+            "--input-cols (and --output-cols for the expected values; in Python, "
+            "input_cols= and output_cols=)"
         )
     inputs = row["input"]
     if not isinstance(inputs, dict):
@@ -155,7 +166,8 @@ def _canonical_example(
         if not output_cols or len(output_cols) != 1:
             raise _RowProblem(
                 f"'expected' is a {type(expected).__name__}, not an object; write it as "
-                '{"<output column>": value} or pass one --output-cols name to wrap it'
+                '{"<output column>": value} or pass one --output-cols name (in Python, '
+                "output_cols=) to wrap it"
             )
         expected = {output_cols[0]: expected}
     unknown = set(row) - _CANONICAL_KEYS
@@ -205,6 +217,29 @@ class _Duplicate(Exception):
     """A duplicate id, before it is placed in its file."""
 
 
+def check_unique_ids(seen: dict[Any, int], examples: list[Example], start: int) -> None:
+    """Refuses an id already ``seen`` (id -> position) or repeated in ``examples`` (those
+    at positions ``start ..``), naming the id, both positions and the parameter: the
+    library's ``examples``, as :class:`_Unique` is the files'. One dict update in C per
+    chunk; only a duplicate pays for a loop."""
+    ids = [ex.id for ex in examples]
+    fresh = dict(zip(ids, range(start, start + len(ids)), strict=True))
+    if len(fresh) == len(examples) and seen.keys().isdisjoint(fresh):
+        seen.update(fresh)
+        return
+    for position, ex in enumerate(examples, start):
+        first = seen.setdefault(ex.id, position)
+        if first != position:
+            raise DatasetError(
+                None,
+                None,
+                f"`examples` has the id {ex.id!r} twice, at positions {first} and {position}; "
+                "every example needs its own id (a row without an id gets its position as "
+                "its id); to score an example more than once on purpose, pass "
+                "unique_ids=False",
+            )
+
+
 def _explicit_id(row: Any, id_col: str | None = None) -> bool:
     if isinstance(row, Example):
         return True
@@ -238,7 +273,8 @@ def load_examples(
     input_cols: Sequence[str] | None = None,
     output_cols: Sequence[str] | None = None,
     id_col: str | None = None,
-) -> Iterator[Example]:
+    digest: Any = None,
+) -> Generator[Example, None, None]:
     """Stream the examples of a ``.jsonl``/``.ndjson``, ``.json`` or ``.csv`` file.
 
     ``id_col``: the column (key) that holds each row's id (default ``id``; a row without
@@ -246,7 +282,8 @@ def load_examples(
 
     Every bad row raises :class:`DatasetError` naming the file, the line and the problem;
     the file rules (encoding, byte-order marks, NaN, nesting) are those of
-    :mod:`evaluator._datafile`.
+    :mod:`evaluator._datafile`. ``digest`` (a ``hashlib`` object), when given, is
+    updated with every byte of the file as it is read.
     """
     p = Path(path)
     if not p.is_file():
@@ -255,14 +292,55 @@ def load_examples(
     suffix = p.suffix.lower()
     if suffix == ".csv" and not input_cols:
         raise DatasetError(
-            p, None, "a CSV dataset needs --input-cols (and --output-cols for expected values)"
+            p,
+            None,
+            "a CSV dataset needs --input-cols (and --output-cols for expected values; in "
+            "Python, input_cols= and output_cols=)",
         )
     if suffix not in _READERS:
         raise DatasetError(p, None, f"unknown dataset type {suffix!r}; use .jsonl, .json or .csv")
-    return _load(p, suffix, input_cols, output_cols, id_col)
+    return _load(p, suffix, input_cols, output_cols, id_col, digest)
 
 
-_READERS: dict[str, Callable[[Path], Iterator[tuple[int | None, Any]]]] = {
+@dataclass(frozen=True, slots=True)
+class DatasetRead:
+    """One read of a dataset file: the examples a run takes (every one, or those of a
+    selection) and the SHA-256 of every byte of the file, from the same read."""
+
+    examples: list[Example]
+    sha256: str
+
+
+def read_dataset(
+    path: str | Path,
+    *,
+    input_cols: Sequence[str] | None = None,
+    output_cols: Sequence[str] | None = None,
+    id_col: str | None = None,
+    selection: Selection | None = None,
+) -> DatasetRead:
+    """The file read once: every row checked as in :func:`load_examples`, the examples
+    kept, the bytes hashed as they are read (a run's fingerprint needs no second read,
+    and names exactly the bytes its examples came from). With a ``limit`` the rows past
+    it are hashed but not parsed, as a lazy read would leave them."""
+    digest = hashlib.sha256()
+    rows = load_examples(
+        path, input_cols=input_cols, output_cols=output_cols, id_col=id_col, digest=digest
+    )
+    try:
+        if selection is None:
+            examples = list(rows)
+        elif selection.sample is not None:
+            every = list(rows)  # a sample counts, then takes: from the one read
+            examples = list(selection.select(lambda: iter(every)))
+        else:
+            examples = list(selection.select(lambda: rows))
+    finally:
+        rows.close()  # a reader stopped early hashes the rest of the file as it closes
+    return DatasetRead(examples, digest.hexdigest())
+
+
+_READERS: dict[str, Callable[[Path, Any], Generator[tuple[int | None, Any], None, None]]] = {
     ".jsonl": jsonl_rows,
     ".ndjson": jsonl_rows,
     ".json": json_rows,
@@ -276,29 +354,34 @@ def _load(
     input_cols: Sequence[str] | None,
     output_cols: Sequence[str] | None,
     id_col: str | None = None,
-) -> Iterator[Example]:
+    digest: Any = None,
+) -> Generator[Example, None, None]:
     unique = _Unique()
-    for position, (line, row) in enumerate(_READERS[suffix](p)):
-        # A JSON list has no line per row: name the item's index instead.
-        where = str(p) if line is not None else f"{p} (item {position})"
-        example = _row_to_example(
-            row,
-            position,
-            input_cols=input_cols,
-            output_cols=output_cols,
-            path=where,
-            line=line,
-            id_col=id_col,
-        )
-        try:
-            unique.check(
-                example,
-                f"line {line}" if line is not None else f"item {position}",
-                _explicit_id(row, id_col),
+    reader = _READERS[suffix](p, digest)
+    try:
+        for position, (line, row) in enumerate(reader):
+            # A JSON list has no line per row: name the item's index instead.
+            where = str(p) if line is not None else f"{p} (item {position})"
+            example = _row_to_example(
+                row,
+                position,
+                input_cols=input_cols,
+                output_cols=output_cols,
+                path=where,
+                line=line,
+                id_col=id_col,
             )
-        except _Duplicate as exc:
-            raise DatasetError(where, line, str(exc)) from None
-        yield example
+            try:
+                unique.check(
+                    example,
+                    f"line {line}" if line is not None else f"item {position}",
+                    _explicit_id(row, id_col),
+                )
+            except _Duplicate as exc:
+                raise DatasetError(where, line, str(exc)) from None
+            yield example
+    finally:
+        reader.close()  # stopped early: the reader finishes its digest as it closes
 
 
 class Selection(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=False):

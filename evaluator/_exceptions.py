@@ -38,8 +38,11 @@ labelled ``llm_error``.
 Every exception class of the package is drawn here, and defined in this module. Outside
 the tree, and not errors of the engine: ``Interrupted`` (a ``KeyboardInterrupt``: a stop
 signal ended a command of the command line), ``CannotRoute`` (a condition the
-model SDK routing catches itself: the request goes out unrouted), and the warnings
-``CacheWarning`` and ``ResumeWarning``.
+model SDK routing catches itself: the request goes out unrouted), ``SimulatorOnly`` (a
+``ConnectionRefusedError`` raised in user code, for a connection past ``--simulator``: the
+user's SDK sees a refused connection), ``ScriptError`` (an ``AssertionError`` of
+``skynet.testing``: a test's scripted replies did not fit the metric's calls), and the
+warnings ``CacheWarning`` and ``ResumeWarning``.
 
 The results file's errors are ``ConfigError``s (the command line prints them as one line
 and exits 2): each names the file and, where it helps, the line, says what is wrong and how
@@ -320,7 +323,8 @@ class ResumeMismatch(ResultsFileError):
             "these results were made with other files, so they are not what this run "
             f"would compute: {'; '.join(changes)}",
             "choose another output file to start afresh (or move this one away), or force "
-            f"the resume (--force) to keep its {results} result(s) for ids still in the "
+            f"the resume (--force; in Python, open_results(..., force=True)) to keep its {results} "
+            "result(s) for ids still in the "
             "dataset and run only the missing examples with the current files",
         )
 

@@ -330,7 +330,7 @@ def missing_output(example_id: Any) -> ErrorInfo:
         "missing_output",
         f"example {example_id!r} has no output: a score-only run (no program) scores each "
         "example's 'output' field; add \"output\" to the row, or give a program "
-        "(--program) to produce it",
+        "(--program; in Python, Evaluator(program=...)) to produce it",
     )
 
 

@@ -198,18 +198,20 @@ def fingerprint_run(
     output_cols: Sequence[str] | None = None,
     selection: Selection | None = None,
     id_col: str | None = None,
+    dataset_sha256: str | None = None,
 ) -> Fingerprints:
     """The fingerprints of a run: reads each file once (SHA-256 at disk speed).
 
     ``artifact`` is the artifact's value as handed to ``run`` (``None``: no artifact);
-    ``artifact_path`` the file it came from, if any.
+    ``artifact_path`` the file it came from, if any. ``dataset_sha256``: the dataset's
+    digest when the caller hashed it as it read the rows (the file is then not read again).
     """
     data = None
     if dataset is not None:
         p = Path(dataset)
         data = DatasetPrint(
             str(p),
-            _file_sha256(p),
+            dataset_sha256 if dataset_sha256 is not None else _file_sha256(p),
             list(input_cols) if input_cols else None,
             list(output_cols) if output_cols else None,
             selection if selection != Selection() else None,

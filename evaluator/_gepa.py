@@ -291,7 +291,9 @@ class EvaluatorAdapter:
         # rows (scored again for every candidate) nor what the reflection sees.
         shown = [private_copy(ex.input) for ex in examples]
         private = [_private(ex) for ex in examples]
-        results = await self.evaluator.evaluate_many(self.artifact(candidate), private)
+        results = await self.evaluator.evaluate_many(
+            self.artifact(candidate), private, unique_ids=False
+        )
         return self._to_batch(examples, shown, results, capture_traces)
 
     async def _evaluate_all(

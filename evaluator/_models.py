@@ -446,9 +446,10 @@ class ModelRouter:
         client = self._program if stage == "run" else self._judge
         if client is None:
             which = (
-                "--model (the program model)"
+                "--model (the program model; in Python, Evaluator(models=Models(program=...)))"
                 if stage == "run"
-                else ("--metric-model or --reflection-model")
+                else "--metric-model or --reflection-model (in Python, "
+                "Evaluator(models=Models(metric=...)))"
             )
             raise RuntimeError(f"skynet.llm() has no model to call: set {which}")
         if input is None:

@@ -41,6 +41,7 @@ __all__ = [
     "combine_clusters",
     "failure_rows",
     "report_rows",
+    "result_cost",
 ]
 
 #: How many failures a report keeps to show (the first ones, in the order they came).
@@ -83,7 +84,7 @@ class StageExecution(msgspec.Struct, frozen=True, kw_only=True):
     source: str
     """What chose it: "automatic", "EXECUTION" (the user's file) or "option"."""
     reason: str
-    """Why, in words: "calls openai (model-bound)", "plain sync function (CPU-bound)"."""
+    """Why, in words: "calls openai (model-bound)", "plain sync function (calls no model)"."""
     option: str | None = None
     """The option that chose it (its API name), when ``source`` is "option"."""
 
@@ -259,6 +260,10 @@ class CacheSummary(msgspec.Struct, frozen=True, kw_only=True):
     cost_spent_usd: float | None
     cost_represented_usd: float | None
     cost_saved_usd: float | None
+    program_cost_spent_usd: float | None = None
+    """The program's part of ``cost_spent_usd`` (None: some of it was not measured)."""
+    judge_cost_spent_usd: float | None = None
+    """The judge's part of ``cost_spent_usd`` (None: some of it was not measured)."""
     measured_kept: bool = False
     memory_hits: int | None = None
     disk_hits: int | None = None
@@ -270,19 +275,44 @@ class CacheSummary(msgspec.Struct, frozen=True, kw_only=True):
     run again and replaced."""
 
 
+def stage_costs(result: Result) -> tuple[float | None, float | None]:
+    """What ``result``'s program and judge cost (a program that did not run cost
+    nothing); None for a part that was unmeasured."""
+    obs = result.observation
+    return (0.0 if obs.duration_ms is None else obs.cost_usd), result.judge.cost_usd
+
+
+def result_cost(result: Result) -> float | None:
+    """What ``result`` cost, program and judge; None when either part was unmeasured."""
+    program, judge = stage_costs(result)
+    return None if program is None or judge is None else program + judge
+
+
 class _CacheTally:
     """The cache's part of a ReportBuilder: results from the cache, and what they cost."""
 
-    __slots__ = ("cached", "executed", "saved", "saved_unmeasured", "spent", "spent_unmeasured")
+    __slots__ = (
+        "cached",
+        "executed",
+        "judge_spent",
+        "judge_unmeasured",
+        "program_spent",
+        "program_unmeasured",
+        "saved",
+        "saved_unmeasured",
+        "spent",
+        "spent_unmeasured",
+    )
 
     def __init__(self) -> None:
         self.cached = self.executed = self.spent_unmeasured = self.saved_unmeasured = 0
         self.spent = self.saved = 0.0
+        # What the executed examples cost now, per stage (the report's headline costs).
+        self.program_spent = self.judge_spent = 0.0
+        self.program_unmeasured = self.judge_unmeasured = 0
 
     def add(self, result: Result) -> None:
-        obs = result.observation
-        program = 0.0 if obs.duration_ms is None else obs.cost_usd
-        judge = result.judge.cost_usd
+        program, judge = stage_costs(result)
         cost = None if program is None or judge is None else program + judge
         if result.cached:
             self.cached += 1
@@ -296,6 +326,14 @@ class _CacheTally:
                 self.spent_unmeasured += 1
             else:
                 self.spent += cost
+            if program is None:
+                self.program_unmeasured += 1
+            else:
+                self.program_spent += program
+            if judge is None:
+                self.judge_unmeasured += 1
+            else:
+                self.judge_spent += judge
 
     def summary(self, stats: Any) -> CacheSummary | None:
         if stats is None and not self.cached:
@@ -309,6 +347,8 @@ class _CacheTally:
             cost_spent_usd=spent,
             cost_represented_usd=None if spent is None or saved is None else spent + saved,
             cost_saved_usd=saved,
+            program_cost_spent_usd=None if self.program_unmeasured else self.program_spent,
+            judge_cost_spent_usd=None if self.judge_unmeasured else self.judge_spent,
             measured_kept=bool(getattr(stats, "measured", False)) and self.cached > 0,
             memory_hits=getattr(stats, "memory_hits", None),
             disk_hits=getattr(stats, "disk_hits", None),
@@ -440,6 +480,16 @@ class _Histogram:
         )
 
 
+def _quiet_observation(obs: Observation) -> bool:
+    """An observation :meth:`ReportBuilder.add` counts nothing of (a score-only result's)."""
+    return obs.duration_ms is None and not (obs.llm_calls or obs.retries or obs.rate_limited)
+
+
+def _quiet_usage(judge: Usage) -> bool:
+    """A judge usage that adds no calls, retries or cost, measured as $0."""
+    return judge.cost_usd == 0.0 and not (judge.llm_calls or judge.retries or judge.rate_limited)
+
+
 class ReportBuilder:
     """Feed results with :meth:`add` (or :meth:`add_many`); :meth:`build` at any time."""
 
@@ -543,9 +593,45 @@ class ReportBuilder:
     def add_many(
         self, results: Iterable[Result], *, resumed: bool = False, timed: bool = True
     ) -> None:
+        """Count results as :meth:`add` does. The hot loop of a cheap metric: a result
+        with a score and nothing else to count (no error, no named scores, not cached,
+        an observation and a judge usage with no time, calls, retries or cost, mostly the
+        one shared object each) is counted in place, the rest by :meth:`add`."""
         add = self.add
+        if resumed:
+            for result in results:
+                add(result, resumed=True, timed=timed)
+            return
+        metric_add = self._metric.add
+        quiet_obs: Observation | None = None  # the last objects known to add nothing
+        quiet_judge: Usage | None = None
+        plain = 0
+        sum_all, sum_ok = self._sum_all, self._sum_ok
         for result in results:
-            add(result, resumed=resumed, timed=timed)
+            obs, judge = result.observation, result.judge
+            if (
+                result.error is not None
+                or result.cached
+                or result.scores
+                or (obs is not quiet_obs and not _quiet_observation(obs))
+                or (judge is not quiet_judge and not _quiet_usage(judge))
+            ):
+                self._sum_all, self._sum_ok = sum_all, sum_ok
+                add(result, timed=timed)
+                sum_all, sum_ok = self._sum_all, self._sum_ok
+                continue
+            quiet_obs, quiet_judge = obs, judge
+            plain += 1
+            score = result.score
+            sum_all += score  # in order, as add() sums: the same float either way
+            sum_ok += score
+            if result.metric_ms is not None:
+                metric_add(result.metric_ms)
+        self._sum_all, self._sum_ok = sum_all, sum_ok
+        self.n += plain
+        self.ok += plain
+        self._new += plain if timed else 0
+        self._cache.executed += plain
 
     # The clock is a default argument, bound when the engine is imported: user code in the
     # engine's process that patches time.perf_counter does not change a run's wall time.
@@ -681,11 +767,25 @@ def _cost_rows(report: Report) -> Rows:
             )
         return f"${value:.6f}"
 
+    cache = report.cache
+
+    def headline(represented: str, now: float | None) -> str:
+        # With results from the cache, the sums are what the results cost when they were
+        # made: the headline is what was spent now, and that sum stands beside it.
+        if cache is None or not cache.cached:
+            return represented
+        spent = "unmeasured" if now is None else f"${now:.6f}"
+        return f"{spent} spent now (the results represent {represented})"
+
     rows: Rows = []
     if report.program_cost_measured or report.program_cost_unmeasured:
-        rows.append(("program cost", usd(report.program_cost_usd, report.program_cost_unmeasured)))
+        represented = usd(report.program_cost_usd, report.program_cost_unmeasured)
+        now = None if cache is None else cache.program_cost_spent_usd
+        rows.append(("program cost", headline(represented, now)))
     if report.judge_llm_calls or report.judge_cost_unmeasured:
-        rows.append(("judge cost", usd(report.judge_cost_usd, report.judge_cost_unmeasured)))
+        represented = usd(report.judge_cost_usd, report.judge_cost_unmeasured)
+        now = None if cache is None else cache.judge_cost_spent_usd
+        rows.append(("judge cost", headline(represented, now)))
     if report.program_llm_calls or report.judge_llm_calls:
         calls = f"{report.program_llm_calls:,} program, {report.judge_llm_calls:,} judge"
         rows.append(("model calls", calls))

@@ -316,7 +316,8 @@ def _resume(
             path,
             None,
             f"the file already holds {info.lines} result(s)",
-            "resume to go on from them (--resume), or choose another output file",
+            "resume to go on from them (--resume; in Python, open_results(..., resume=True)), "
+            "or choose another output file",
         )
     writer.in_file = info.lines
     resumed = Resumed(info.done_ids, info.counted, info.foreign, info.duplicates)
@@ -360,7 +361,8 @@ def _check_prints(
                 None,
                 f"the header says format {version!r}; this skynet-eval reads format "
                 f"{FORMAT_VERSION}",
-                "use the version that wrote it, or force the resume (--force)",
+                "use the version that wrote it, or force the resume (--force; in Python, "
+                "open_results(..., force=True))",
             )
         resumed.forced.append(f"the header's format {version!r} could not be read")
     elif prints is not None:

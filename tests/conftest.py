@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+import sys
 from typing import Any
 
 import pytest
@@ -109,3 +110,39 @@ def _runs_folder(tmp_path_factory: pytest.TempPathFactory) -> Any:
         os.environ.pop("SKYNET_EVAL_RUNS_DIR", None)
     else:
         os.environ["SKYNET_EVAL_RUNS_DIR"] = before
+
+
+class _Opens:
+    """The ``open`` audit events of one path, while a test watches it. An audit hook
+    cannot be removed, so one hook serves every test and records only when asked."""
+
+    hooked = False
+    watched: tuple[str, list[str]] | None = None
+
+    @classmethod
+    def hook(cls, event: str, args: tuple[Any, ...]) -> None:
+        watched = cls.watched
+        if (
+            event == "open"
+            and watched is not None
+            and isinstance(args[0], (str, os.PathLike))
+            and os.fspath(args[0]) == watched[0]
+        ):
+            watched[1].append(str(args[1]))
+
+
+@pytest.fixture
+def opens_of() -> Any:
+    """``opens_of(path)``: a list that gets the mode of every open of ``path`` from then
+    until the test ends (the path as the code under test names it)."""
+    if not _Opens.hooked:
+        sys.addaudithook(_Opens.hook)
+        _Opens.hooked = True
+
+    def watch(path: os.PathLike[str] | str) -> list[str]:
+        seen: list[str] = []
+        _Opens.watched = (os.fspath(path), seen)
+        return seen
+
+    yield watch
+    _Opens.watched = None

@@ -1,7 +1,7 @@
 """The ``skynet-eval`` command line: parser, dispatch, exit codes.
 
 A command is its options struct (flags and checks, in ``_options``) and its module
-(``_check``, ``_run``, ``_judges``, ``_simulator``) with ``execute(options) -> exit
+(``_check``, ``_run``, ``_race``, ``_judges``, ``_simulator``) with ``execute(options) -> exit
 code``. :func:`main` parses the words, builds the command's options struct once,
 imports the command's module only then (so ``--help`` stays fast) and runs it.
 
@@ -41,6 +41,7 @@ from ._options import (
     RunOptions,
     SimulatorOptions,
 )
+from ._race import RaceOptions
 from ._report import ReportOptions
 
 __all__ = [
@@ -74,6 +75,7 @@ class Command:
 COMMANDS = (
     Command("check", CheckOptions, "evaluator._cli._check"),
     Command("run", RunOptions, "evaluator._cli._run"),
+    Command("race", RaceOptions, "evaluator._cli._race"),
     Command("judges", JudgesOptions, "evaluator._cli._judges"),
     Command("report", ReportOptions, "evaluator._cli._report"),
     Command("simulator", SimulatorOptions, "evaluator._cli._simulator"),

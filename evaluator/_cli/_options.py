@@ -30,7 +30,7 @@ from evaluator._options import MAX_TIMEOUT, validate_ray_address, validate_timeo
 
 if TYPE_CHECKING:
     from evaluator import Budget, Example
-    from evaluator._dataset import Selection
+    from evaluator._dataset import DatasetRead, Selection
     from evaluator._judges import JudgeSpec
     from llm_client import SimulatorConfig
 
@@ -394,6 +394,19 @@ class DataOptions:
             )
 
         return every() if self.selection is None else self.selection.select(every)
+
+    def read(self) -> DatasetRead:
+        """The dataset read once: the examples taken (those of the selection) and the
+        file's SHA-256, from the same read."""
+        from evaluator._dataset import read_dataset
+
+        return read_dataset(
+            self.path,
+            input_cols=self.input_cols,
+            output_cols=self.output_cols,
+            id_col=self.id_col,
+            selection=self.selection,
+        )
 
 
 def _id_col(args: argparse.Namespace) -> str | None:

@@ -108,6 +108,9 @@ class ReportOptions:
 
 def execute(options: ReportOptions) -> int:
     """Run the command; the exit code (0 done, 1 a regression with --fail-on-regression)."""
-    from .._report_html._command import report_command
+    from .._race import is_race_file
+    from .._report_html._command import race_report_command, report_command
 
+    if is_race_file(options.results):  # `skynet-eval race --output`: the race's page
+        return race_report_command(**asdict(options))
     return report_command(**asdict(options))

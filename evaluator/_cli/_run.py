@@ -2,7 +2,8 @@
 
 Flow: ``--output`` is checked with the flags (``check_output_path``: a path that cannot
 be written fails in a second, not after the contract check). Then the dataset is read
-once (every row checked, counted, its ids kept) and the results file opened
+once (every row checked, counted, its bytes hashed for the fingerprint, the examples kept
+for the run) and the results file opened
 (``open_results``): its lock is held until the run ends, so a second run writing the same
 file is refused; a new file gets a header with the run's fingerprints; ``--resume``
 refuses a file whose results were made with other files unless ``--force``, counts each
@@ -48,6 +49,7 @@ from evaluator import (
     fingerprint_run,
     open_results,
 )
+from evaluator._cache import depends_on_measurements
 from evaluator._executors._base import fit_workers
 from evaluator._fingerprint import RunEnd
 from evaluator._pipeline._assembly import check_result_count
@@ -59,7 +61,7 @@ from ._output import console, print_report, print_steps, reserved_stdout, write_
 from ._progress import ModelCounts, RunProgress
 from ._serving import Serving
 
-__all__ = ["CHECK_EXAMPLES", "execute"]
+__all__ = ["CHECK_EXAMPLES", "engine", "execute"]
 
 CHECK_EXAMPLES = 3
 INTERRUPTED = "interrupted"
@@ -75,6 +77,10 @@ class _Plan:
 
     total: int
     first: list[Example]
+    #: Every example the run takes, from the one read of the dataset.
+    examples: list[Example] = field(default_factory=list)
+    #: The SHA-256 of the dataset file's bytes, hashed in that read.
+    sha256: str = ""
     ids: list[Any] = field(default_factory=list)
     done: set[Any] = field(default_factory=set)
     builder: ReportBuilder = field(default_factory=ReportBuilder)
@@ -120,14 +126,17 @@ def _warn_all(messages: Iterable[str]) -> None:
 
 
 def _plan(options: RunOptions) -> _Plan:
-    """Read the dataset once: validate every row, count it, keep its id and the first
-    examples."""
-    plan = _Plan(total=0, first=[])
-    for example in options.data.examples():
-        if plan.total < CHECK_EXAMPLES:
-            plan.first.append(example)
-        plan.ids.append(example.id)
-        plan.total += 1
+    """Read the dataset once: validate every row, hash the file's bytes, keep the
+    examples (the run takes them from memory: no second read, no second parse)."""
+    read = options.data.read()
+    examples = read.examples
+    plan = _Plan(
+        total=len(examples),
+        first=examples[:CHECK_EXAMPLES],
+        examples=examples,
+        sha256=read.sha256,
+        ids=[example.id for example in examples],
+    )
     if plan.total == 0:
         raise ConfigError(
             f"{options.data.path}: the dataset has no examples",
@@ -136,7 +145,32 @@ def _plan(options: RunOptions) -> _Plan:
         )
     if options.report is not None and options.output is None:
         plan.kept = []
+    _warn_unused_output_cols(options)
     return plan
+
+
+def _warn_unused_output_cols(options: RunOptions) -> None:
+    """``--output-cols`` on canonical rows (no ``--input-cols``) only wraps a non-object
+    ``expected`` into ``{NAME: value}``: when no row of the file has one, it did nothing.
+    The file's rows are read again for this, only when the flags are given so."""
+    data = options.data
+    if not data.output_cols or data.input_cols:
+        return
+    from evaluator._dataset import _READERS
+
+    reader = _READERS.get(Path(data.path).suffix.lower())
+    if reader is None:
+        return
+    for _, row in reader(Path(data.path), None):
+        expected = row.get("expected") if isinstance(row, dict) else None
+        if len(data.output_cols) == 1 and expected is not None and not isinstance(expected, dict):
+            return  # wrapped: it did something
+    _warn(
+        f"--output-cols {' '.join(data.output_cols)} did nothing: without --input-cols the "
+        "rows are canonical, and their expected values are their 'expected' objects; "
+        "--output-cols names the expected columns of flat rows (with --input-cols), or "
+        "with one name wraps a canonical row's non-object 'expected'"
+    )
 
 
 @contextmanager
@@ -162,6 +196,7 @@ def _results_file(options: RunOptions, plan: _Plan) -> Iterator[ResultsWriter | 
         output_cols=options.data.output_cols,
         selection=options.data.selection,
         id_col=options.data.id_col,
+        dataset_sha256=plan.sha256,
     )
     writer, resumed = open_results(
         path,
@@ -199,21 +234,7 @@ async def _main(
     out = console()
     async with (
         serving.open() as configs,
-        Evaluator(
-            options.metric,
-            options.program,
-            timeout=options.timeout,
-            program_timeout=options.program_timeout,
-            workers=fit_workers(options.workers, plan.total),
-            concurrency=options.concurrency,
-            execution=options.execution,
-            program_execution=options.program_execution,
-            ray_address=options.ray_address,
-            models=serving.models(configs),
-            cache=options.cache,
-            cache_key_files=options.cache_key_files,
-            budget=options.budget,
-        ) as ev,
+        engine(options, serving, configs, plan.total) as ev,
     ):
         plan.builder.failure_score = ev.failure_score
         _cache_note(ev)
@@ -224,6 +245,15 @@ async def _main(
             out.print("[red]Contract check failed[/red]: the run did not start.")
             return EXIT_FAILED
         plan.builder.restart_clock()
+        if options.program is None and depends_on_measurements(ev.metric):
+            _say(
+                "note: a score-only run (no --program) measures no program time or cost, "
+                "which this metric reads (reward(), observation() or a REWARD_SPEC): "
+                "reward() scores speed and cost 0 and says they were not measured; give "
+                "--program to measure them",
+                out,
+                options.json,
+            )
         # The check ran these examples end to end already: keep them rather than pay for
         # their model calls twice (but never twice for an id --resume already has).
         checked = [r for r in checked if r.example_id not in plan.done]
@@ -260,6 +290,27 @@ async def _main(
         print(f"skynet-eval run: error: {incomplete}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK if ending.write_error is None and page_ok else EXIT_FAILED
+
+
+def engine(options: Any, serving: Serving, configs: Any, total: int) -> Evaluator:
+    """The (unopened) Evaluator of a command's engine flags: ``run``'s and ``race``'s
+    options structs share these fields."""
+    return Evaluator(
+        options.metric,
+        options.program,
+        timeout=options.timeout,
+        program_timeout=options.program_timeout,
+        workers=fit_workers(options.workers, total),
+        concurrency=options.concurrency,
+        execution=options.execution,
+        program_execution=options.program_execution,
+        ray_address=options.ray_address,
+        models=serving.models(configs),
+        cache=options.cache,
+        cache_key_files=options.cache_key_files,
+        # run's --max-cost/--max-calls/--max-time (race's options have no budget yet).
+        budget=getattr(options, "budget", None),
+    )
 
 
 def _cache_note(ev: Evaluator) -> None:
@@ -332,11 +383,11 @@ def _say(message: str, out: Console, json: bool) -> None:
         out.print(message, markup=False, soft_wrap=True)
 
 
-def _todo(options: RunOptions, done: set[Any]) -> Iterator[Example]:
-    examples = options.data.examples()
-    if not done:
-        return examples
-    return (ex for ex in examples if ex.id not in done)
+def _todo(plan: _Plan) -> Iterator[Example]:
+    if not plan.done:
+        return iter(plan.examples)
+    done = plan.done
+    return (ex for ex in plan.examples if ex.id not in done)
 
 
 async def _evaluate(
@@ -351,7 +402,7 @@ async def _evaluate(
     live = sys.stderr.isatty() and not options.json
     handle = partial(_handle, writer=writer, plan=plan, ev=ev)
     with RunProgress(plan.total, len(plan.done) - len(checked), live=live) as progress:
-        stream = ev.stream(options.artifact, _todo(options, plan.done))
+        stream = ev.stream(options.artifact, _todo(plan))
         try:
             if checked:  # made by the check, before the clock started
                 handle(checked, progress, timed=False)

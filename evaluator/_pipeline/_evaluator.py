@@ -29,6 +29,7 @@ from .._cache import CacheStatistics, KeyMaker, ResultCache, check_directory, ch
 from .._cache import depends_on_measurements as _depends_on_measurements
 from .._calls import LLMHandler
 from .._context import Stage
+from .._dataset import examples_from_rows
 from .._exceptions import ConfigError
 from .._executors._async import AsyncExecutorStatistics
 from .._executors._base import Executor, ExecutorOptions
@@ -38,6 +39,7 @@ from .._kinds import refusal
 from .._loader import UserFunction, load_metric, load_program
 from .._models import Budget, ModelRouter, Models, ModelStatistics
 from .._options import MAX_TIMEOUT, validate_count, validate_ray_address, validate_timeout
+from .._race import RaceResult, Ties, run_race
 from .._report import (
     ClusterSummary,
     ModelBudget,
@@ -109,7 +111,7 @@ def _reason(fn: UserFunction) -> str:
     if fn.model_bound:
         uses = ", ".join(fn.model_use) or "skynet.llm"
         return f"calls {uses} (model-bound)"
-    return "plain sync function (CPU-bound)"
+    return "plain sync function (calls no model)"
 
 
 def choose_execution(
@@ -433,8 +435,19 @@ class Evaluator:
         tenant: Hashable | None = None,
         weight: float = 1.0,
         budget: Budget | None = None,
+        unique_ids: bool = True,
     ) -> list[Result]:
         """Evaluate ``examples`` with ``artifact``; one result per example, in input order.
+
+        ``examples`` is an iterable or an async iterable (a list, a generator,
+        :func:`load_examples`' iterator, an ``async def`` generator), read lazily, of
+        :class:`Example` s or row dicts in the dataset's canonical form (``{"id": ...,
+        "input": ..., "expected": ..., "output": ...}``: ``input`` required, ``output``
+        for a score-only run, a row without ``id`` gets its position). Each example's id
+        must be unique in the call: a repeated id raises :class:`DatasetError` naming it
+        and both positions, unless ``unique_ids=False`` (an optimizer's minibatch that
+        draws an example twice; results stay in input order). ``artifact`` is passed to
+        the program's ``run`` as it is (ignored by a score-only run).
 
         ``tenant`` (default: the calling task) and ``weight`` (default 1) set this call's
         share of the executors' slots and the model budgets while other tenants want
@@ -444,7 +457,7 @@ class Evaluator:
         """
         self._check_open()
         share = self._share(tenant, weight, budget)
-        return await self._flow.collect(artifact, examples, share=share)
+        return await self._flow.collect(artifact, examples, share=share, unique_ids=unique_ids)
 
     def stream(
         self,
@@ -454,6 +467,7 @@ class Evaluator:
         tenant: Hashable | None = None,
         weight: float = 1.0,
         budget: Budget | None = None,
+        unique_ids: bool = True,
     ) -> ResultStream:
         """Results as they complete, in bounded memory.
 
@@ -461,12 +475,13 @@ class Evaluator:
         ``async with ev.stream(...) as results`` (or ``await results.aclose()``) to stop
         early and release at once what is still in flight. A consumer cancelled while it
         waits for the next result (a client that disconnected) stops the stream's work
-        too. ``tenant`` (default: the task that calls ``stream``), ``weight`` and
-        ``budget``: as for :meth:`evaluate_many`.
+        too. ``examples``, ``unique_ids``, ``tenant`` (default: the task that calls
+        ``stream``), ``weight`` and ``budget``: as for :meth:`evaluate_many`.
         """
         self._check_open()
         share = self._share(tenant, weight, budget)
-        return ResultStream(self._flow, self._check_open, artifact, Source(examples), share)
+        source = Source(examples, unique_ids=unique_ids)
+        return ResultStream(self._flow, self._check_open, artifact, source, share)
 
     async def evaluate(
         self,
@@ -476,11 +491,13 @@ class Evaluator:
         tenant: Hashable | None = None,
         weight: float = 1.0,
         budget: Budget | None = None,
+        unique_ids: bool = True,
     ) -> Report:
         """Evaluate ``examples`` and return the :class:`Report` (no list of results kept).
 
-        ``tenant``, ``weight`` and ``budget``: as for :meth:`evaluate_many`; the report
-        shows the call's budget (else the Evaluator's) against what was spent.
+        ``examples``, ``unique_ids``, ``tenant``, ``weight`` and ``budget``: as for
+        :meth:`evaluate_many`; the report shows the call's budget (else the Evaluator's)
+        against what was spent.
         """
         self._check_open()
         share = self._share(tenant, weight, budget)
@@ -489,8 +506,65 @@ class Evaluator:
         async def add(position: int, chunk: list[Result]) -> None:
             builder.add_many(chunk)
 
-        await self._flow.drive(artifact, Source(examples), add, share=share)
+        source = Source(examples, unique_ids=unique_ids)
+        await self._flow.drive(artifact, source, add, share=share)
         return self.build_report(builder, share.spend)
+
+    async def race(
+        self,
+        candidates: Sequence[Any],
+        examples: Iterable[Any],
+        *,
+        confidence: float = 0.95,
+        ties: str | Ties = "report",
+        labels: Sequence[str] | None = None,
+        score_range: tuple[float, float] = (0.0, 1.0),
+        max_evaluations: int | None = None,
+        seed: int = 0,
+        tenant: Hashable | None = None,
+        weight: float = 1.0,
+    ) -> RaceResult:
+        """Race the ``candidates`` (artifacts) on the same ``examples`` in rounds and
+        stop evaluating each one once another is better at ``confidence``.
+
+        Returns a :class:`RaceResult`: the winner, or the candidates that could not be
+        told apart reported as tied (never one picked silently); the ranking; each
+        candidate's mean and interval over the examples it saw, how many, when and why
+        it was dropped; the evaluations, model calls and cost spent against evaluating
+        everything. ``ties``: "report" (run until one is left or the examples end), or
+        "epsilon=E" (also stop once the survivors are within E of each other).
+        ``score_range``: the bounds every score (and ``failure_score``) lies in, which
+        the test needs. ``max_evaluations``: stop, and report the standing, before more
+        than this many (candidate, example) evaluations; cached ones count too. ``seed``
+        orders the examples (each round takes the next ones). Each round runs through
+        :meth:`evaluate_many`, so the cache and the rate budget apply: a cached result
+        costs nothing and says so. The method: docs/architecture/race.md.
+        """
+        self._check_open()
+        rows = list(examples_from_rows(examples))
+        lo, hi = score_range
+        if not lo <= self.failure_score <= hi:
+            raise ConfigError(
+                f"failure_score {self.failure_score:g} is outside score_range "
+                f"[{lo:g}, {hi:g}]: an error's score must lie in the range too",
+                option="score_range",
+                value=score_range,
+            )
+
+        async def evaluate(candidate: Any, part: list[Any]) -> list[Result]:
+            return await self.evaluate_many(candidate, part, tenant=tenant, weight=weight)
+
+        return await run_race(
+            evaluate,
+            candidates,
+            rows,
+            confidence=confidence,
+            ties=ties,
+            labels=labels,
+            score_range=score_range,
+            max_evaluations=max_evaluations,
+            seed=seed,
+        )
 
     def _share(self, tenant: Hashable | None, weight: float, budget: Budget | None) -> Share:
         """One call's share, with its spending ledger: its own ``budget`` inside the

@@ -46,7 +46,7 @@ from llm_client import Share
 from .._aio import shielded, unwrap_group
 from .._cache import ResultCache
 from .._calls import Outcome
-from .._dataset import Example, _row_to_example
+from .._dataset import Example, _row_to_example, check_unique_ids
 from .._executors._base import Executor
 from .._models import ModelRouter
 from .._results import Result
@@ -128,9 +128,13 @@ class Sizer:
 class Source:
     """Pulls examples in chunks from an iterable or async iterable of examples or rows."""
 
-    __slots__ = ("_aiter", "_iter", "_lock", "position")
+    __slots__ = ("_aiter", "_ids", "_iter", "_lock", "position")
 
-    def __init__(self, examples: Iterable[Any] | AsyncIterable[Any]) -> None:
+    def __init__(
+        self, examples: Iterable[Any] | AsyncIterable[Any], *, unique_ids: bool = True
+    ) -> None:
+        #: The ids taken so far and their positions (None: repeats allowed).
+        self._ids: dict[Any, int] | None = {} if unique_ids else None
         self._iter: Iterator[Any] | None = None
         self._aiter: AsyncIterator[Any] | None = None
         if isinstance(examples, AsyncIterable):
@@ -166,6 +170,8 @@ class Source:
                     rows[i] = _row_to_example(
                         row, start + i, input_cols=None, output_cols=None, path=None, line=None
                     )
+        if self._ids is not None and rows:
+            check_unique_ids(self._ids, rows, start)
         return rows
 
 
@@ -262,18 +268,18 @@ class Flow:
         examples: Iterable[Any] | AsyncIterable[Any],
         *,
         share: Share | None = None,
+        unique_ids: bool = True,
     ) -> list[Result]:
         """Every example's result, in input order."""
         if isinstance(examples, (list, tuple)):
             items: list[Any] = list(examples)
+            source = Source(items, unique_ids=unique_ids)
             if 0 < len(items) <= self.chunk_size():
                 # An optimizer's minibatch: one chunk, in the caller's task, no task group.
-                source = Source(items)
                 chunk = await source.take(len(items))
                 return await self.chunk(artifact, chunk, len(chunk), share=share)
-            source = Source(items)
         else:
-            source = Source(examples)
+            source = Source(examples, unique_ids=unique_ids)
         results: list[Result] = []
 
         async def place(position: int, chunk: list[Result]) -> None:
@@ -356,6 +362,11 @@ class Flow:
         """
         n = len(examples)
         started = self._clock()
+        # Started before any chunk ended: it waits out the executors' start (worker
+        # processes importing the user's file take a second on a loaded machine), which
+        # says nothing of the time per example. Taken as evidence, that second made the
+        # chunks one example each, and thousands of them in flight took long to undo.
+        cold = self._last_done is None
         base = self.next_token
         self.next_token = base + n
         self.tenants.add(base, n, share)
@@ -383,7 +394,8 @@ class Flow:
         now = self._clock()
         gap = (now - self._last_done) / 1e9 if self._last_done is not None else None
         self._last_done = now
-        self.sizer.observe(n, (now - started) / 1e9, in_flight, gap)
+        if not cold:
+            self.sizer.observe(n, (now - started) / 1e9, in_flight, gap)
         self.examples += n
         self.ok += n - errors
         if self.telemetry is not None:  # OpenTelemetry hook: spans and metrics, after the fact

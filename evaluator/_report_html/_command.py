@@ -22,7 +22,7 @@ from .._outpath import check_output_path
 from ._build import build_report, write_file
 from ._load import load_results_file
 
-__all__ = ["default_html_path", "regression_reasons", "report_command"]
+__all__ = ["default_html_path", "race_report_command", "regression_reasons", "report_command"]
 
 
 def default_html_path(results: str) -> Path:
@@ -175,3 +175,45 @@ def report_command(
     for reason in reasons:
         print(f"skynet-eval report: regression: {reason}", file=sys.stderr)
     return 1 if reasons else 0
+
+
+def race_report_command(
+    *,
+    results: str,
+    html: str | None = None,
+    no_html: bool = False,
+    title: str | None = None,
+    json: bool = False,
+    console: Any = None,
+    **others: Any,
+) -> int:
+    """``skynet-eval report RACE.json``: a race file (``skynet-eval race --output``) as
+    its own page, the candidates-by-examples matrix, and the same table in the terminal.
+    ``others``: the report's other options, refused when given (a race has none of them)."""
+    from .._race import read_race_file
+    from ._race import print_race, write_race_page
+
+    given = sorted(k for k, v in others.items() if v not in (None, False, 0.0, ()))
+    if given:
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise ConfigError(
+            f"{results} is a race file (skynet-eval race --output): it has its own page, "
+            f"without {flags}; drop them"
+        )
+    target = None if no_html else Path(html) if html else default_html_path(results)
+    _check(results, None, target, 0.0)
+    race = read_race_file(results)
+    if target is not None:
+        write_race_page(race, target, title=title)
+    if json:
+        payload = {"race": race, "html": str(target) if target is not None else None}
+        sys.stdout.write(msgspec.json.encode(payload).decode() + "\n")
+        return 0
+    if console is None:
+        from rich.console import Console
+
+        console = Console(highlight=False)
+    print_race(race, console)
+    if target is not None:
+        console.print(f"report: {target}", markup=False, soft_wrap=True)
+    return 0

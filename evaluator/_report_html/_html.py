@@ -459,6 +459,17 @@ def controls(page: Page) -> str:
     )
 
 
+def head(title: str, css: str, policy: str) -> str:
+    """The document's start, to ``<body>``: the policy, the title, the stylesheet."""
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<meta http-equiv="Content-Security-Policy" content="{policy}">'
+        '<meta name="generator" content="skynet-eval report">'
+        f"<title>{escape(title)}</title><style>{css}</style></head><body>"
+    )
+
+
 def render_page(page: Page) -> str:
     """The whole report as one HTML document."""
     css, js = _asset("report.css"), _asset("report.js")
@@ -497,11 +508,7 @@ def render_page(page: Page) -> str:
     ids = page.rows.columns["id"]
     return "".join(
         [
-            '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">',
-            '<meta name="viewport" content="width=device-width, initial-scale=1">',
-            f'<meta http-equiv="Content-Security-Policy" content="{policy}">',
-            '<meta name="generator" content="skynet-eval report">',
-            f"<title>{escape(page.title)}</title><style>{css}</style></head><body>",
+            head(page.title, css, policy),
             f'<header class="top"><h1>{escape(page.title)}</h1>'
             f'<p class="sub">{" · ".join(subtitle)}</p></header>',
             "<main>",

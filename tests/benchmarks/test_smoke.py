@@ -27,6 +27,7 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
         "bench_faults.py",
         "bench_llm.py",
         "bench_pipeline.py",
+        "bench_race.py",
         "bench_tracing.py",
         # Its CLI runs and the dspy contender start whole interpreters: two sections only.
         "bench_sdk.py --only overhead,rpm",

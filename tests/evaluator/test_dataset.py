@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ import pytest
 
 from evaluator import DatasetError, Example, load_examples
 from evaluator._datafile import MAX_DEPTH
-from evaluator._dataset import NO_OUTPUT, examples_from_rows
+from evaluator._dataset import NO_OUTPUT, Selection, examples_from_rows, read_dataset
 
 
 def jsonl(path: Path, rows: list[Any]) -> Path:
@@ -262,6 +263,26 @@ class TestFileRules:
         (example,) = load_examples(path)
         assert isinstance(example.input["q"], list)
 
+    def test_deep_row_across_a_read_chunk_is_refused_with_its_line(self, tmp_path: Path) -> None:
+        """The file is read in chunks of 1 MiB: a row nested past the limit that straddles
+        two chunks is still refused with its own line, and the rows before it load."""
+        filler = '{"input": {"q": "' + "x" * 1000 + '"}}\n'
+        count = (1 << 20) // len(filler) + 1  # the deep row starts just before 1 MiB
+        deep = '{"input": {"q": ' + "[" * 300 + "]" * 300 + "}}\n"
+        path = tmp_path / "d.jsonl"
+        path.write_text(filler * (count - 1) + deep)
+        assert path.stat().st_size > 1 << 20 > (count - 1) * len(filler)
+        with pytest.raises(DatasetError) as info:
+            list(load_examples(path))
+        assert info.value.line == count and "nested more than 200 levels" in info.value.problem
+
+    def test_brackets_inside_strings_are_not_nesting(self, tmp_path: Path) -> None:
+        """A long, shallow row whose strings hold thousands of brackets loads: counting
+        them only decides whether the row's depth is walked."""
+        path = jsonl(tmp_path / "d.jsonl", [{"input": {"q": "[{" * 5000}}])
+        (example,) = load_examples(path)
+        assert example.input["q"] == "[{" * 5000
+
     def test_position_meeting_an_explicit_id_names_both_lines(self, tmp_path: Path) -> None:
         """A row without an id whose position equals another row's id: both lines named,
         and the fix (give every row an id)."""
@@ -279,6 +300,54 @@ class TestFileRules:
         """A directory given as the dataset says so."""
         with pytest.raises(DatasetError, match="a directory"):
             load_examples(tmp_path)
+
+
+class TestReadDataset:
+    @pytest.mark.parametrize("suffix", [".jsonl", ".json", ".csv"])
+    def test_one_open_gives_the_examples_and_the_fingerprint(
+        self, tmp_path: Path, suffix: str, opens_of: Any
+    ) -> None:
+        """The file is opened once: the examples are those load_examples gives, and the
+        digest is the SHA-256 of every byte of the file, from that same read."""
+        path = tmp_path / f"d{suffix}"
+        rows = [{"id": f"e{i}", "input": {"q": str(i)}} for i in range(5_000)]
+        if suffix == ".jsonl":
+            jsonl(path, rows)
+        elif suffix == ".json":
+            path.write_text(json.dumps(rows))
+        else:
+            path.write_text("id,q\n" + "".join(f"e{i},{i}\n" for i in range(5_000)))
+        cols = {"input_cols": ["q"], "id_col": "id"} if suffix == ".csv" else {}
+        expected = list(load_examples(path, **cols))  # type: ignore[arg-type]
+        opens = opens_of(path)
+        read = read_dataset(path, **cols)  # type: ignore[arg-type]
+        assert len(opens) == 1
+        assert read.examples == expected and len(expected) == 5_000
+        assert read.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+    @pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+    def test_a_limit_still_fingerprints_the_whole_file(self, tmp_path: Path, suffix: str) -> None:
+        """With a limit the rows past it are not parsed (a broken one is not seen), yet
+        the digest is the whole file's, more than one read chunk of it."""
+        path = tmp_path / f"d{suffix}"
+        if suffix == ".jsonl":
+            good = "".join(json.dumps({"input": {"q": "x" * 100}}) + "\n" for _ in range(12_000))
+            path.write_text(good + "{broken\n")
+        else:
+            path.write_text("q\n" + ("x" * 100 + "\n") * 12_000 + '"unclosed\n')
+        cols = {"input_cols": ["q"]} if suffix == ".csv" else {}
+        read = read_dataset(path, selection=Selection(limit=2), **cols)  # type: ignore[arg-type]
+        assert len(read.examples) == 2 and path.stat().st_size > 1 << 20
+        assert read.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+    def test_a_sample_reads_the_file_once(self, tmp_path: Path, opens_of: Any) -> None:
+        """A sample counts the rows and takes some from the one read."""
+        path = jsonl(tmp_path / "d.jsonl", [{"input": {"q": i}} for i in range(50)])
+        opens = opens_of(path)
+        read = read_dataset(path, selection=Selection(sample=5, seed=3))
+        assert len(opens) == 1
+        every = list(load_examples(path))
+        assert read.examples == list(Selection(sample=5, seed=3).select(lambda: iter(every)))
 
 
 class TestSelection:

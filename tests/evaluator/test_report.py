@@ -40,6 +40,39 @@ class TestReportBuilder:
         assert report.scores["b"].count == 1
         assert report.program_cost_usd == 0.0 and report.program_cost_measured == 2
 
+    def test_add_many_counts_what_add_counts(self) -> None:
+        """Score-only results (counted in place by add_many's hot loop) mixed with
+        errors, named scores, cached results, timed programs and judge usage: the report
+        is the same, to the last bit, as adding them one by one, timed or not."""
+        rng = random.Random(3)
+        score_only = Observation(duration_ms=None, cost_usd=None)
+        judged = Usage(llm_calls=1, input_tokens=5, cost_usd=0.001)
+        results: list[Result] = []
+        for i in range(3_000):
+            kind = rng.randrange(7)
+            score = rng.random()
+            if kind == 0:
+                results.append(Result(i, -1.0, error=ErrorInfo("metric_error", "e")))
+            elif kind == 1:
+                results.append(_ok(score, rng.random() * 9))
+            elif kind == 2:
+                results.append(Result(i, score, scores={"a": score}, observation=score_only))
+            elif kind == 3:
+                results.append(Result(i, score, observation=score_only, judge=judged))
+            elif kind == 4:
+                results.append(Result(i, score, observation=score_only, cached=True))
+            else:
+                results.append(Result(i, score, observation=score_only, metric_ms=0.001 * i))
+        for timed in (True, False):
+            one, many = ReportBuilder(failure_score=-1.0), ReportBuilder(failure_score=-1.0)
+            for result in results:
+                one.add(result, timed=timed)
+            many.add_many(results[:1_000], timed=timed)
+            many.add_many(results[1_000:], timed=timed)
+            a, b = one.build(wall_s=2.0), many.build(wall_s=2.0)
+            assert msgspec.structs.asdict(a) == msgspec.structs.asdict(b)
+            assert a.n == 3_000 and a.mean_score == b.mean_score
+
     def test_percentiles_within_one_percent(self) -> None:
         """Latency percentiles from the fixed-size histogram are within 1 % of exact."""
         rng = random.Random(7)

@@ -697,6 +697,101 @@ class TestSmallerEdges:
         assert main(argv) == 2
         assert said in capsys.readouterr().err
 
+    @pytest.mark.parametrize(
+        ("rows", "flags", "warned"),
+        [
+            ('{"id": 1, "input": {"q": "a"}, "expected": {"label": "a"}, "output": "a"}', [], True),
+            ('{"id": 1, "input": {"q": "a"}, "expected": "a", "output": "a"}', [], False),
+            ("q,label,output\na,a,a\n", ["--input-cols", "q"], False),
+        ],
+        ids=["canonical", "canonical-wrapped", "flat"],
+    )
+    def test_output_cols_on_canonical_rows_is_warned_of(
+        self,
+        rows: str,
+        flags: list[str],
+        warned: bool,
+        tmp_path: Path,
+        capsys: pytest.CaptureFixture[str],
+    ) -> None:
+        """--output-cols on canonical rows, where it does nothing, is warned of; where it
+        wraps a non-object 'expected', or names flat rows' columns, it is not."""
+        data = tmp_path / ("d.csv" if flags else "d.jsonl")
+        data.write_text(rows + "\n")
+        metric = tmp_path / "m.py"
+        metric.write_text(PASSING_METRIC)
+        argv = ["run", "--metric", str(metric), "--data", str(data), *flags, *INLINE]
+        argv += ["--output", str(tmp_path / "r.jsonl"), "--output-cols", "label"]
+        assert main(argv) == 0
+        err = capsys.readouterr().err
+        assert ("--output-cols label did nothing" in err) is warned, err
+
+    def test_a_sleeping_sync_metric_is_not_called_cpu_bound(self, tmp_path: Path) -> None:
+        """A plain sync metric that sleeps gets worker processes, and the reason says what
+        is known (it calls no model), not that it is CPU-bound."""
+        from evaluator import load_metric
+        from evaluator._pipeline import choose_execution
+
+        metric = tmp_path / "m.py"
+        metric.write_text(
+            "import time\n\ndef score(input, output, expected=None):\n"
+            "    time.sleep(0.1)\n    return 1.0, {'feedback': ''}\n"
+        )
+        choice = choose_execution(load_metric(metric), None, option="execution")
+        assert choice.kind == "process"
+        assert choice.reason == "plain sync function (calls no model)"
+        assert "CPU" not in choice.reason
+
+    @pytest.mark.parametrize("with_program", [False, True])
+    def test_a_score_only_run_says_a_rewards_speed_and_cost_are_not_measured(
+        self, with_program: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A score-only run of a metric that reads measurements says they are not
+        measured; with a program, which measures them, it does not."""
+        metric = tmp_path / "m.py"
+        metric.write_text(
+            "from skynet import reward\n\nSPEC = {'weights': {'accuracy': 0.5, 'speed': 0.5, "
+            "'cost': 0}, 'accuracy': {}, 'speed': {'reference': 100}, 'cost': {'reference': 1}}"
+            "\n\ndef score(input, output, expected=None):\n    return reward(SPEC, 1.0)\n"
+        )
+        data = tmp_path / "d.jsonl"
+        data.write_text('{"id": 1, "input": {"q": "a"}, "output": "a"}\n')
+        argv = ["run", "--metric", str(metric), "--data", str(data), *INLINE]
+        argv += ["--output", str(tmp_path / "r.jsonl")]
+        if with_program:
+            program = tmp_path / "p.py"
+            program.write_text("def run(artifact, input):\n    return input['q']\n")
+            argv += ["--program", str(program), "--program-execution", "inline"]
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        said = "a score-only run (no --program) measures no program time or cost" in out
+        assert said is not with_program, out
+
+    def test_a_cached_runs_headline_costs_are_spent_now(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """Run twice with a cache: the second run's judge cost is what it spent now ($0),
+        with what its results represent beside it (the first run's spend)."""
+        data = dataset(tmp_path, 4)
+        argv = ["run", "--metric", str(JUDGE_METRIC), "--data", str(data), *ON_SIMULATOR]
+        argv += [*INLINE, "--cache", str(tmp_path / "cache"), "--json"]
+        argv += ["--price-input", "1", "--price-output", "1"]
+        assert main([*argv, "--output", str(tmp_path / "a.jsonl")]) == 0
+        first = json.loads(capsys.readouterr().out)
+        spent = first["judge_cost_usd"]
+        assert spent > 0
+        assert main([*argv, "--output", str(tmp_path / "b.jsonl")]) == 0
+        second = json.loads(capsys.readouterr().out)
+        assert second["cache"]["cached"] == 4
+        assert second["cache"]["judge_cost_spent_usd"] == 0
+        import msgspec
+
+        from evaluator import Report
+        from evaluator._report import report_rows
+
+        rows = dict(report_rows(msgspec.convert(second, Report)))
+        assert rows["judge cost"] == f"$0.000000 spent now (the results represent ${spent:.6f})"
+
     def test_id_col_needs_flat_rows(self, capsys: pytest.CaptureFixture[str]) -> None:
         """--id-col without --input-cols says it is for flat rows."""
         argv = ["check", str(JUDGE_METRIC), "--data", str(JUDGE_DATA), "--id-col", "qid"]
@@ -875,11 +970,33 @@ class TestDotEnv:
             os.environ.pop("FH_JUDGE_KEY", None)
 
 
+#: The user's pytest file for their metric, with ``skynet.testing``.
+UNIT_TEST = """\
+from skynet.testing import score_example
+
+
+def test_a_pass_scores_one():
+    result = score_example("metric.py", "Paris", input={{"question": "?"}}, replies="PASS. Yes.")
+    assert result.score == 1.0 and result.feedback == "PASS. Yes."
+
+
+def test_a_fail_scores_zero():
+    assert score_example("metric.py", "Lyon", input={{"question": "?"}}, replies="FAIL.").score == 0
+
+
+def test_the_broken_row_is_a_metric_error():
+    result = score_example("metric.py", "x", input={question!r}, replies="PASS.")
+    assert result.error.kind == "metric_error" and "this one is broken" in result.error.message
+"""
+
+
 class TestTheFirstHour:
     def test_a_new_users_first_hour(self, tmp_path: Path) -> None:
         """Through the command line as a user runs it (a process, from the project's
         folder): check a judge metric on the simulator, run 10 sampled rows from a
-        config file without --output, see the failures, open the report, resume."""
+        config file without --output, see the failures, open the report, resume; then
+        score the same metric from a library script (the library guide's program) and
+        unit-test it with ``skynet.testing`` under pytest."""
         import subprocess
         import sys
 
@@ -900,9 +1017,9 @@ class TestTheFirstHour:
         env = {k: v for k, v in os.environ.items() if k != "SKYNET_EVAL_RUNS_DIR"}
         env["PYTHONPATH"] = str(ROOT)
 
-        def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        def in_project(*argv: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run(
-                [sys.executable, "-m", "evaluator", *argv],
+                argv,
                 cwd=project,
                 env=env,
                 capture_output=True,
@@ -910,6 +1027,9 @@ class TestTheFirstHour:
                 timeout=300,
                 check=False,
             )
+
+        def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+            return in_project(sys.executable, "-m", "evaluator", *argv)
 
         checked = cli("check", "--config", "run.toml")
         assert checked.returncode == 0, checked.stderr
@@ -936,6 +1056,29 @@ class TestTheFirstHour:
         assert resumed.returncode == 0, resumed.stderr
         assert "contract check skipped" in resumed.stdout
         assert sorted(results_ids(results)) == sorted(e.id for e in picked)  # type: ignore[type-var]
+
+        # The same metric from a library script: the guide's program on the user's files.
+        guide = (ROOT / "docs" / "guide" / "library.md").read_text()
+        (program,) = [
+            b
+            for b in re.findall(r"^```python\n(.*?)^```$", guide, flags=re.M | re.S)
+            if "# prints" in b
+        ]
+        script = program.replace("examples/judges/", "")
+        assert script != program
+        (project / "library.py").write_text(script)
+        scripted = in_project(sys.executable, "library.py")
+        assert scripted.returncode == 0, scripted.stderr
+        # 40 rows, each with one judge call but the broken one, which raises before it.
+        assert re.fullmatch(r"\d+ of 40 passed, 39 judge calls\n", scripted.stdout), scripted.stdout
+
+        # Unit-test the metric with the helper, under pytest, as the user's own test file.
+        (project / "test_metric.py").write_text(UNIT_TEST.format(question=failing.input))
+        tested = in_project(
+            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_metric.py"
+        )
+        assert tested.returncode == 0, tested.stdout + tested.stderr
+        assert "3 passed" in tested.stdout
 
 
 class TestWhatAStopKept:

@@ -3,6 +3,7 @@ product page's judge and reward metrics, verbatim, through it."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from evaluator._cli import main
+from llm_client import Simulator, SimulatorConfig
 from tests._helpers import PROCESS
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -131,7 +133,10 @@ class TestRun:
     @pytest.mark.parametrize(
         ("args", "message"),
         [
-            (["--timeout", "900"], "--timeout must be greater than 0 and at most 600 seconds, got 900"),
+            (
+                ["--timeout", "900"],
+                "--timeout must be greater than 0 and at most 600 seconds, got 900",
+            ),
             (["--data", "nope.jsonl"], "nope.jsonl: no such file"),
             (["--metric", "missing.py"], "--metric: no such file 'missing.py'"),
             (["--resume"], "--resume needs --output"),
@@ -218,7 +223,7 @@ class TestResume:
         before = out.read_bytes()
         assert main([*argv, "--output", str(out)]) == 2
         err = capsys.readouterr().err
-        assert "already holds 5 result(s); resume to go on from them (--resume)" in err
+        assert "already holds 5 result(s); resume to go on from them (--resume;" in err
         assert out.read_bytes() == before
 
     @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
@@ -476,6 +481,68 @@ class TestCheckResultsKept:
         )
         assert sorted(int(x) for x in calls.read_text().split()) == list(range(7))
         assert sorted(r["example_id"] for r in results(out)) == list(range(7))
+
+    def test_the_judge_is_asked_once_per_example(self, tmp_path: Path) -> None:
+        """A judge metric on N examples makes N requests to the server, not N + 3: the
+        contract check's calls are the run's own."""
+        data = tmp_path / "d.jsonl"
+        data.write_text(
+            "".join(
+                json.dumps({"id": i, "input": {"question": f"q{i}"}, "output": "a"}) + "\n"
+                for i in range(10)
+            )
+        )
+        out = tmp_path / "r.jsonl"
+        config = SimulatorConfig(latency_ms=1)
+        with Simulator(config).running_in_thread() as sim:
+            argv = [
+                "run", "--metric", str(JUDGE), "--data", str(data), "--output", str(out),
+                "--metric-model", "judge-1", "--metric-base-url", sim.base_url,
+                "--api-key-env", "none", "--json",
+            ]  # fmt: skip
+            assert main(argv) == 0
+            requests = sim.statistics().requests
+        rows = results(out)
+        assert sorted(r["example_id"] for r in rows) == list(range(10))
+        assert all(r["error"] is None and r["judge"]["llm_calls"] == 1 for r in rows)
+        assert requests == 10
+
+
+class TestDatasetRead:
+    def test_the_dataset_is_opened_once(self, tmp_path: Path, opens_of: Any) -> None:
+        """A run reads its dataset once: the rows it checks, counts and fingerprints
+        before it starts are the ones it evaluates (no second read), and the header's
+        digest is the file's."""
+        data = _dataset(tmp_path / "d.jsonl", 2_000)
+        out = tmp_path / "r.jsonl"
+        metric = tmp_path / "m.py"
+        metric.write_text(INLINE_METRIC)
+        opens = opens_of(data)
+        argv = ["run", "--metric", str(metric), "--data", str(data), "--output", str(out)]
+        assert main([*argv, "--json"]) == 0
+        assert len(opens) == 1
+        header = lines_of(out)[0]
+        assert header["dataset"]["sha256"] == hashlib.sha256(data.read_bytes()).hexdigest()
+        assert sorted(r["example_id"] for r in results(out)) == sorted(
+            f"r{i}" for i in range(2_000)
+        )
+
+    def test_a_row_nested_too_deep_is_refused_before_the_run(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A row nested past the limit (late in the file) stops the run before any
+        example runs, naming file:line; no results file is left behind."""
+        data = _dataset(tmp_path / "d.jsonl", 50)
+        with data.open("a") as fh:
+            fh.write('{"id": "deep", "input": {"n": ' + "[" * 300 + "]" * 300 + "}}\n")
+        out = tmp_path / "r.jsonl"
+        metric = tmp_path / "m.py"
+        metric.write_text(INLINE_METRIC)
+        argv = ["run", "--metric", str(metric), "--data", str(data), "--output", str(out)]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"{data}:51:" in err and "nested more than 200 levels" in err
+        assert not out.exists()
 
 
 INLINE_METRIC = """

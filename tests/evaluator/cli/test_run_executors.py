@@ -168,6 +168,6 @@ class TestExecutorReasons:
         assert (stage["kind"], stage["parallelism"], stage["reason"]) == (
             "process",
             2,
-            "plain sync function (CPU-bound)",
+            "plain sync function (calls no model)",
         )
         assert automatic["model_budgets"] == []

@@ -169,6 +169,25 @@ class TestBounds:
         assert flow.chunk_size() == 64 and flow.limit(64) == 64
 
 
+class TestColdStart:
+    async def test_chunks_that_waited_out_the_start_do_not_size_the_next(
+        self, fn: UserFunction
+    ) -> None:
+        """A chunk started before any chunk ended waits out the executors' start (worker
+        processes importing the user's file): its second is not the examples' cost, so
+        the chunk size stays where it was; the chunks after it size the next."""
+        ticks = iter([0, 1_000_000_000, 1_000_000_000, 1_000_010_000])  # 1 s, then 10 µs
+        flow = Flow(0.0, None, clock=lambda: next(ticks))
+        async with open_executor(fn, "score", "inline", ExecutorOptions(timeout=5)) as ex:
+            router = ModelRouter(None)
+            flow.attach(ex, None, router)
+            examples = [Example(id=i, input={}, output="a") for i in range(3)]
+            await flow.chunk(None, examples, 3)  # 1 s for 3: the start
+            assert flow.sizer.per_example is None and flow.sizer.size == START_CHUNK
+            await flow.chunk(None, examples, 3)  # 10 µs for 3: cheap calls
+            assert flow.sizer.size > START_CHUNK
+
+
 HANG_AT_100 = """
 import time
 

@@ -86,7 +86,7 @@ class TestChoice:
         """A plain sync function gets processes, no model budget; async def gets async."""
         plain = choose_execution(load_metric(write(tmp_path, "p.py", EXACT)), None, option="x")
         assert (plain.kind, plain.source, plain.model_budget) == ("process", "automatic", None)
-        assert plain.reason == "plain sync function (CPU-bound)"
+        assert plain.reason == "plain sync function (calls no model)"
         source = "async def score(i, o, e=None):\n    return 1.0, {'feedback': ''}\n"
         hurried = choose_execution(load_metric(write(tmp_path, "a.py", source)), None, option="x")
         assert (hurried.kind, hurried.reason) == ("async", "async def")
@@ -163,7 +163,7 @@ class TestExecutorSizes:
         expected = workers if workers is not None else os.cpu_count()
         assert stats.metric.parallelism == stats.metric.workers_alive == expected
         (stage,) = stats.executors
-        assert stage.describe() == f"process x{expected}: plain sync function (CPU-bound)"
+        assert stage.describe() == f"process x{expected}: plain sync function (calls no model)"
 
 
 @pytest.mark.slow
