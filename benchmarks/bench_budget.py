@@ -1,7 +1,7 @@
 """Budget benchmark (issue 28): a dollar budget that runs out mid-run is never overrun.
 
     python benchmarks/bench_budget.py            # 20 runs of 2,000 examples
-    python benchmarks/bench_budget.py --smoke    # CI: 3 runs of 200
+    python benchmarks/bench_budget.py --smoke    # CI: 3 runs of 1,000
 
 An async judge metric (``skynet.allm`` to the simulator, 5-15 ms a reply, priced at
 $0.50 per million tokens in and out) keeps 64 model calls in flight over 2,000 examples,
@@ -99,6 +99,6 @@ async def main(runs: int, n: int) -> int:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="3 runs of 200 examples")
+    parser.add_argument("--smoke", action="store_true", help="3 runs of 1,000 examples")
     args = parser.parse_args()
-    sys.exit(asyncio.run(main(3, 200) if args.smoke else main(20, 2000)))
+    sys.exit(asyncio.run(main(3, 1000) if args.smoke else main(20, 2000)))
