@@ -46,6 +46,7 @@ if typing.TYPE_CHECKING:
     from ._loader import UserFunction as UserFunction
     from ._loader import load_metric as load_metric
     from ._loader import load_program as load_program
+    from ._models import Budget as Budget
     from ._models import Models as Models
     from ._models import ModelStatistics as ModelStatistics
     from ._outpath import OutputCheck as OutputCheck
@@ -114,6 +115,7 @@ _WHERE = {
     "load_program": "._loader",
     "OutputCheck": "._outpath",
     "check_output_path": "._outpath",
+    "Budget": "._models",
     "Models": "._models",
     "ModelStatistics": "._models",
     "Evaluator": "._pipeline",
@@ -151,6 +153,7 @@ _WHERE = {
 
 __all__ = [
     "ERROR_KINDS",
+    "Budget",
     "CacheStatistics",
     "CacheSummary",
     "CacheWarning",

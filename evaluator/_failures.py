@@ -24,6 +24,8 @@ Where each kind is made:
   :func:`ray_actors_lost`, :func:`ray_no_nodes`, :func:`ray_actor_failed` (the Ray
   executor).
 - ``missing_output``: :func:`missing_output` (the pipeline, score-only runs).
+- ``budget_exhausted``: :func:`budget_exhausted` (the pipeline: an example whose model
+  call did not fit its spending budget, or that had not started when it ran out).
 - ``cancelled``: :func:`closed_before_done` (an executor closed under a waiting call);
   :func:`no_outcome` and :func:`lost_results` (the pipeline, when the engine itself lost
   a call's outcome or a chunk's results: never a silently missing example).
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = [
     "UNKNOWN",
     "blocked_loop",
+    "budget_exhausted",
     "closed_before_done",
     "died_outside_call",
     "invalid_return",
@@ -90,6 +93,17 @@ def _function(stage: Stage) -> str:
 
 def _timeout_option(stage: Stage) -> str:
     return "program_timeout" if stage == "run" else "timeout"
+
+
+def budget_exhausted(example_id: Any, why: str) -> ErrorInfo:
+    """Example ``example_id`` was not evaluated: its spending budget ran out (``why``:
+    which limit, and what was spent against it)."""
+    return ErrorInfo(
+        "budget_exhausted",
+        f"example {example_id!r} was not evaluated, its budget ran out: {why}; raise the "
+        "budget (`budget=Budget(usd=..., calls=..., seconds=...)`, or --max-cost, "
+        "--max-calls, --max-time) to evaluate it",
+    )
 
 
 #: The model client's usage errors: a misuse of the client, not a model call given up,

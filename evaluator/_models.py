@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import msgspec
 
-from llm_client import ModelConfig, Redactor, Share
+from llm_client import BudgetExhaustedError, ModelConfig, Redactor, Share, Spend
 
 from ._context import Stage
 from ._report import ModelBudget
@@ -36,7 +36,15 @@ if TYPE_CHECKING:
     from ._sdk._gateway import Gateway, ModelPort
     from ._telemetry import Telemetry
 
-__all__ = ["Meter", "MeterBook", "ModelRouter", "ModelStatistics", "Models", "budget_source"]
+__all__ = [
+    "Budget",
+    "Meter",
+    "MeterBook",
+    "ModelRouter",
+    "ModelStatistics",
+    "Models",
+    "budget_source",
+]
 
 _T = TypeVar("_T")
 
@@ -73,6 +81,56 @@ class Models(msgspec.Struct, frozen=True, kw_only=True):
     def judge(self) -> ModelConfig | None:
         """The model a metric's ``llm()`` calls: the metric model, else the reflection one."""
         return self.metric if self.metric is not None else self.reflection
+
+
+class Budget(msgspec.Struct, frozen=True, kw_only=True):
+    """A spending limit that is never overrun (``llm_client/_spend.py``): at most ``usd``
+    dollars, ``calls`` model calls (each attempt, retries included) and ``seconds`` of
+    wall time; None: no limit on that. On the Evaluator (``budget=``) it holds for the
+    Evaluator's whole life; on ``evaluate_many``/``stream``/``evaluate`` for that call
+    (inside the Evaluator's). ``max_tokens``: the output cap a model call that sets none
+    is sent with under a dollar limit, so that its worst case is known."""
+
+    usd: float | None = None
+    calls: int | None = None
+    seconds: float | None = None
+    max_tokens: int = 4096
+
+    def __post_init__(self) -> None:
+        from ._exceptions import ConfigError
+
+        for name in ("usd", "calls", "seconds"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            integral = name == "calls"
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int if integral else (int, float))
+                or not value >= 0
+                or value == float("inf")
+            ):
+                kind = "a whole number" if integral else "a finite number"
+                raise ConfigError(f"must be {kind} >= 0 or None", option=name, value=value)
+        if (
+            isinstance(self.max_tokens, bool)
+            or not isinstance(self.max_tokens, int)
+            or (self.max_tokens < 1)
+        ):
+            raise ConfigError(
+                "must be a whole number >= 1", option="max_tokens", value=self.max_tokens
+            )
+
+    def ledger(self, parent: Spend | None = None, name: str = "budget") -> Spend:
+        """A fresh ledger of these limits, inside ``parent``'s."""
+        return Spend(
+            usd=self.usd,
+            calls=self.calls,
+            seconds=self.seconds,
+            max_tokens=self.max_tokens,
+            parent=parent,
+            name=name,
+        )
 
 
 class Meter:
@@ -282,6 +340,8 @@ class ModelRouter:
         self.judge_meters = MeterBook()
         self._totals = {"program": Meter(), "score": Meter()}
         self._failed = 0
+        #: The call tokens of examples a model call of which did not fit its budget.
+        self.refused: set[int] = set()
         self._gateway: Gateway | None = None
         self._port: ModelPort | None = None
         #: The tenant's share of a call token (the flow's ``TenantBook``): model calls
@@ -349,6 +409,12 @@ class ModelRouter:
             return client.in_flight_limit or client.config.max_concurrency
 
         return limit
+
+    def unpriced(self) -> list[str]:
+        """The configured models whose price is not known (a dollar budget needs one)."""
+        return sorted(
+            {c.config.model for c in (self._program, self._judge) if c is not None and not c.priced}
+        )
 
     def know_key(self, key: str | None) -> None:
         """A key a routed SDK call carried: kept out of results like the configured ones."""
@@ -427,6 +493,8 @@ class ModelRouter:
     ) -> None:
         """A call that got no reply, or an error reply: its retries and 429s count."""
         self._failed += 1
+        if isinstance(error, BudgetExhaustedError):
+            self.refused.add(token)
         self._book(stage).meter(token).add_failure(error)
         self._totals["program" if stage == "run" else "score"].add_failure(error)
         if self.telemetry is not None:

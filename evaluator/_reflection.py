@@ -38,6 +38,7 @@ _WHAT = {
     "llm_error": "A model call made while scoring this output failed",
     "worker_crash": "The process scoring this example crashed",
     "cancelled": "This example was cancelled before it was scored",
+    "budget_exhausted": "This example was not evaluated: the spending budget ran out",
 }
 #: The sentence the reflection sees for an error that did not come from the program.
 METRIC_FAILURE_TEXT: dict[str, str] = {

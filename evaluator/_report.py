@@ -30,6 +30,7 @@ from ._stats import percentiles
 
 __all__ = [
     "FAILURES_KEPT",
+    "BudgetSummary",
     "ClusterSummary",
     "Failure",
     "Latency",
@@ -38,6 +39,7 @@ __all__ = [
     "Report",
     "ReportBuilder",
     "StageExecution",
+    "budget_summary",
     "combine_clusters",
     "failure_rows",
     "report_rows",
@@ -139,6 +141,64 @@ class ModelBudget(msgspec.Struct, frozen=True, kw_only=True):
             return f"{end} in flight (cap {cap})"
         why = f": {self.in_flight_source}" if self.in_flight_source else ""
         return f"{start} → {end} in flight (lowest {low}, highest {high}, cap {cap}{why})"
+
+
+class BudgetSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """A spending budget against what was spent under it (``llm_client/_spend.py``).
+
+    ``usd``/``calls``/``seconds`` are the limits (None: none); ``spent_usd`` is at most
+    ``usd``, and counts ``unmeasured_calls`` (attempts whose cost was not known: no
+    reply or no usage) at their reserved worst case. ``refused``: model calls not sent
+    because they did not fit; ``exhausted``: why it ran out (None: it did not).
+    """
+
+    usd: float | None
+    calls: int | None
+    seconds: float | None
+    spent_usd: float
+    calls_made: int
+    elapsed_s: float
+    unmeasured_calls: int = 0
+    refused: int = 0
+    exhausted: str | None = None
+
+    def describe(self) -> str:
+        from llm_client._spend import spent_words
+
+        parts = [
+            spent_words(
+                self.usd,
+                self.spent_usd,
+                self.calls,
+                self.calls_made,
+                self.seconds,
+                self.elapsed_s,
+            )
+            + " spent"
+        ]
+        if self.unmeasured_calls:
+            parts.append(
+                f"{self.unmeasured_calls:,} call(s) of unknown cost counted at their worst case"
+            )
+        if self.exhausted is not None:
+            parts.append(f"ran out: {self.refused:,} call(s) not sent")
+        return "; ".join(parts)
+
+
+def budget_summary(spend: Any) -> BudgetSummary:
+    """The summary of a spending ledger (an ``llm_client.Spend``)."""
+    spend.stop_reason()  # a time limit passed is exhausted now, not at the next call
+    return BudgetSummary(
+        usd=spend.usd,
+        calls=spend.calls,
+        seconds=spend.seconds,
+        spent_usd=spend.spent_usd,
+        calls_made=spend.calls_made,
+        elapsed_s=spend.elapsed(),
+        unmeasured_calls=spend.unmeasured_calls,
+        refused=spend.refused,
+        exhausted=spend.exhausted,
+    )
 
 
 class ClusterSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -372,6 +432,8 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     """Requested vs executed examples and the cost the cache saved (None: no cache)."""
     failures: tuple[Failure, ...] = ()
     """The first failed examples (at most ``FAILURES_KEPT``), in the order they came."""
+    budget: BudgetSummary | None = None
+    """The spending budget against what was spent (None: no budget)."""
 
     @property
     def error_count(self) -> int:
@@ -578,6 +640,7 @@ class ReportBuilder:
         model_budgets: tuple[ModelBudget, ...] = (),
         cluster: ClusterSummary | None = None,
         cache: Any = None,
+        budget: BudgetSummary | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> Report:
         """The report of what was added so far; ``executors`` and ``model_budgets`` say
@@ -626,6 +689,7 @@ class ReportBuilder:
             cluster=cluster,
             cache=self._cache.summary(cache),
             failures=tuple(self._failures),
+            budget=budget,
         )
 
 
@@ -717,6 +781,8 @@ def _cost_rows(report: Report) -> Rows:
         rows.append(("model calls", calls))
         rows.append(("tokens in / out", f"{report.input_tokens:,} / {report.output_tokens:,}"))
         rows.append(("429s / retries", f"{report.rate_limited:,} / {report.retries:,}"))
+    if report.budget is not None:
+        rows.append(("budget", report.budget.describe()))
     return rows
 
 

@@ -47,6 +47,7 @@ ErrorKind = Literal[
     "llm_error",
     "missing_output",
     "cancelled",
+    "budget_exhausted",
 ]
 ERROR_KINDS: tuple[str, ...] = ErrorKind.__args__  # type: ignore[attr-defined]
 

@@ -15,6 +15,7 @@ nothing here binds to an event loop at import.
 from ._client import Completion as Completion
 from ._client import ModelClient as ModelClient
 from ._config import ModelConfig as ModelConfig
+from ._exceptions import BudgetExhaustedError as BudgetExhaustedError
 from ._exceptions import ClientClosedError as ClientClosedError
 from ._exceptions import LLMError as LLMError
 from ._exceptions import ModelClientError as ModelClientError
@@ -32,6 +33,7 @@ from ._simulator import ModelSettings as ModelSettings
 from ._simulator import Simulator as Simulator
 from ._simulator import SimulatorConfig as SimulatorConfig
 from ._simulator import SimulatorStatistics as SimulatorStatistics
+from ._spend import Spend as Spend
 from ._transports import AiohttpTransport as AiohttpTransport
 from ._transports import HTTPRequest as HTTPRequest
 from ._transports import HTTPResponse as HTTPResponse
@@ -42,6 +44,7 @@ from ._transports import TransportError as TransportError
 
 __all__ = [
     "AiohttpTransport",
+    "BudgetExhaustedError",
     "ClientClosedError",
     "Completion",
     "Forwarded",
@@ -64,6 +67,7 @@ __all__ = [
     "Simulator",
     "SimulatorConfig",
     "SimulatorStatistics",
+    "Spend",
     "Transport",
     "TransportError",
     "current_share",

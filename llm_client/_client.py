@@ -19,12 +19,14 @@ from typing import Any, Literal, TypeVar, cast
 import msgspec
 
 from ._config import ModelConfig
-from ._exceptions import ClientClosedError, LLMError
+from ._exceptions import ClientClosedError, LLMError, ModelConfigError
+from ._fair import current_share
 from ._forward import Forwarded, ForwardRequest, is_event_stream, reply_headers
 from ._governor import GovernorStatistics, Permit, RateGovernor, governor_for
 from ._pricing import Prices, resolve_prices
 from ._redact import Redactor
 from ._retry import NEVER_RETRY, RetryDetails, backoff, is_retryable_status, server_wait
+from ._spend import Reservation, Spend
 from ._transports import HTTPRequest, HTTPResponse, HTTPTransport, Transport, TransportError
 from ._usage import CallUsage, read_usage, usage_of
 from ._wire import (
@@ -283,6 +285,11 @@ class ModelClient:
         return self._governor.statistics()
 
     @property
+    def priced(self) -> bool:
+        """Whether the model's price is known (False before the client opens)."""
+        return self._prices is not None and self._prices.known
+
+    @property
     def in_flight_limit(self) -> int | None:
         """The shared governor's in-flight limit now (None before the client opens)."""
         return None if self._governor is None else self._governor.in_flight_limit
@@ -356,9 +363,14 @@ class ModelClient:
                 model=self._config.model,
             )
         try:
+            state = _CallState()
+            cap = _output_cap(options) or self._config.max_tokens
+            if cap is None and state.spend is not None and state.spend.limits_usd:
+                # A dollar limit needs a worst case: the call is capped (``_spend.py``).
+                options["max_tokens"] = cap = state.spend.max_tokens
+            state.cap = cap
             body, reserve = self._build(messages, options)
             request = HTTPRequest("POST", self._config.endpoint, self._headers, body)
-            state = _CallState()
             call = self._call(request, reserve, state, self._read_chat, self._config.timeout)
             decoded = await self._within_deadline(call, state)
             if isinstance(decoded, _Failure):
@@ -403,8 +415,10 @@ class ModelClient:
         # The request's own key (an SDK's) is scrubbed as well as the client's.
         redact = _redactor(prepared.api_key, self._key)
         try:
-            request = HTTPRequest(method, url, prepared.headers, prepared.body)
             state = _CallState()
+            if state.spend is not None and state.spend.limits_usd:
+                state.cap = prepared.output_cap or prepared.cap_output(state.spend.max_tokens)
+            request = HTTPRequest(method, url, prepared.headers, prepared.body)
             attempt_timeout = self._config.timeout if timeout is None else timeout
             call = self._call(request, prepared.reserve, state, _read_forwarded, attempt_timeout)
             outcome = await self._within_deadline(call, state)
@@ -465,10 +479,9 @@ class ModelClient:
         seq = governor.next_seq()
         malformed_seen = 0
         while True:
-            permit = await governor.acquire(reserve, seq=seq)
-            state.queued_s += permit.queued_s
-            state.attempts += 1
-            failure, value = await self._attempt(governor, permit, request, read, timeout)
+            permit, (failure, value) = await self._admitted_attempt(
+                governor, state, request, reserve, seq, read, timeout
+            )
             if failure is None:
                 return cast(_T, value)  # read() accepted the reply
             state.last_status = failure.status
@@ -516,6 +529,75 @@ class ModelClient:
                 )
             if failure.status != 429 and wait > 0:
                 await asyncio.sleep(wait)
+
+    async def _admitted_attempt(
+        self,
+        governor: RateGovernor,
+        state: _CallState,
+        request: HTTPRequest,
+        reserve: int,
+        seq: int,
+        read: _Reader[_T],
+        timeout: float,
+    ) -> tuple[Permit, tuple[_Failure | None, _T | None]]:
+        """One attempt: its spending reservation (``_spend.py``), the governor's permit,
+        the HTTP attempt; the reservation is settled with what the attempt cost."""
+        held = await self._reserve(state, request)
+        try:
+            permit = await governor.acquire(reserve, seq=seq)
+        except BaseException:
+            if held is not None:
+                held.settle(0.0, sent=False)
+            raise
+        state.queued_s += permit.queued_s
+        state.attempts += 1
+        outcome: tuple[_Failure | None, _T | None] | None = None
+        try:
+            outcome = await self._attempt(governor, permit, request, read, timeout)
+        finally:
+            if held is not None:  # cancelled mid-attempt: the cost is unknown
+                held.settle(None if outcome is None else self._cost_of(*outcome))
+        return permit, outcome
+
+    async def _reserve(self, state: _CallState, request: HTTPRequest) -> Reservation | None:
+        """One attempt's hold on its spending ledger (``_spend.py``), None without one:
+        its worst case is the body's bytes (a bound on its prompt tokens) and its output
+        cap at the model's price."""
+        spend = state.spend
+        if spend is None:
+            return None
+        worst = 0.0
+        if spend.limits_usd:
+            if state.cap is None:
+                raise ModelConfigError(
+                    f"a request to model {self._config.model!r} sets no output cap the "
+                    "engine can read, and a dollar budget needs one to reserve its worst "
+                    "case: set `max_tokens` on the call, or drop the dollar limit",
+                    field="max_tokens",
+                )
+            assert self._prices is not None
+            usd, _ = self._prices.cost(len(request.body), state.cap, 0)
+            if usd is None:
+                raise ModelConfigError(
+                    f"model {self._config.model!r} has no known price, and a dollar budget "
+                    "needs one to reserve a call's worst case: give the model a price "
+                    "(price_input/price_output, USD per million tokens), or drop the "
+                    "dollar limit",
+                    field="price_input",
+                )
+            worst = usd
+        return await spend.reserve(worst, self._config.model)
+
+    def _cost_of(self, failure: _Failure | None, value: Any) -> float | None:
+        """What one attempt really cost: its usage at the model's price, 0 for an error
+        reply (not billed), None when unknown (no reply, no usage, a malformed body)."""
+        if failure is not None:
+            return 0.0 if failure.kind == "status" else None
+        usage = value[1] if isinstance(value, tuple) else usage_of(value.usage)
+        if usage is None or usage.problem is not None:
+            return None
+        assert self._prices is not None
+        return self._prices.cost(usage.input_tokens, usage.output_tokens, usage.cached_tokens)[0]
 
     async def _attempt(
         self,
@@ -719,6 +801,12 @@ def _without_keys(body: bytes, redact: Redactor) -> bytes:
     return body if clean is text else clean.encode()
 
 
+def _output_cap(options: Mapping[str, Any]) -> int | None:
+    """The output cap a call's options set (``max_completion_tokens`` or ``max_tokens``)."""
+    limit = options.get("max_completion_tokens") or options.get("max_tokens")
+    return int(limit) if limit else None
+
+
 def _used(usage: CallUsage | None) -> int | None:
     """The tokens a reply settles its reservation with; None (refunded) when it reported
     none, or none that can be true."""
@@ -732,16 +820,22 @@ class _CallState:
 
     __slots__ = (
         "attempts",
+        "cap",
         "last_message",
         "last_status",
         "queued_s",
         "rate_limited",
         "retries",
+        "spend",
         "started",
     )
 
     def __init__(self) -> None:
         self.started = time.perf_counter()
+        share = current_share()
+        #: The spending ledger of the call (``_spend.py``), and its output cap.
+        self.spend: Spend | None = None if share is None else share.spend
+        self.cap: int | None = None
         self.attempts = 0
         self.retries = 0
         self.rate_limited = 0

@@ -3,8 +3,11 @@
     ModelClientError               every exception llm_client raises on purpose
      ├── LLMError                  a model call failed for good, after any retries: status,
      │    │                        model, provider code, attempts (the engine's `llm_error`)
-     │    └── RequestTooLargeError   a request whose token reservation exceeds the whole TPM
-     │                               budget: it can never be sent
+     │    ├── RequestTooLargeError   a request whose token reservation exceeds the whole TPM
+     │    │                          budget: it can never be sent
+     │    └── BudgetExhaustedError   a call not sent: its worst case does not fit what is
+     │                               left of a spending limit (``_spend.py``; the engine's
+     │                               `budget_exhausted`)
      ├── TransportError            one HTTP attempt got no usable response (connect, timeout,
      │                             disconnected); raised by transports, caught by the client,
      │                             which retries or gives up with an LLMError
@@ -32,6 +35,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 __all__ = [
+    "BudgetExhaustedError",
     "ClientClosedError",
     "LLMError",
     "ModelClientError",
@@ -125,6 +129,10 @@ def _rebuild(
 
 class RequestTooLargeError(LLMError):
     """A request needs more tokens than the whole per-minute budget: it can never be sent."""
+
+
+class BudgetExhaustedError(LLMError):
+    """A model call was not sent: it does not fit what is left of a spending limit."""
 
 
 class TransportError(ModelClientError):

@@ -34,7 +34,10 @@ import heapq
 import itertools
 import math
 from collections.abc import Callable, Hashable, Iterator
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from ._spend import Spend
 
 __all__ = [
     "FairQueue",
@@ -83,16 +86,18 @@ def validate_weight(weight: Any, where: str = "weight") -> float:
 
 class Share:
     """A tenant and its weight. Equal tenants share one queue whatever their weights
-    (the latest weight given is the one in force)."""
+    (the latest weight given is the one in force). ``spend``: the spending ledger the
+    calls made under this share reserve against (``_spend.py``; None: no limit)."""
 
-    __slots__ = ("tenant", "weight")
+    __slots__ = ("spend", "tenant", "weight")
 
-    def __init__(self, tenant: Hashable, weight: float = 1.0) -> None:
+    def __init__(self, tenant: Hashable, weight: float = 1.0, spend: Spend | None = None) -> None:
         problem = tenant_problem(tenant)
         if problem is not None:
             raise ValueError(f"`tenant` {problem}")
         self.tenant = tenant
         self.weight = validate_weight(weight)
+        self.spend = spend
 
     def __repr__(self) -> str:
         return f"Share(tenant={self.tenant!r}, weight={self.weight:g})"

@@ -100,10 +100,24 @@ def _api_key(headers: Mapping[str, str]) -> str | None:
     return None
 
 
+#: The request fields that cap a reply's output tokens, in the order they win.
+_CAPS = ("max_completion_tokens", "max_output_tokens", "max_tokens")
+
+
 class ForwardRequest:
     """A request made ready to forward: its headers, body, kind and token reservation."""
 
-    __slots__ = ("api_key", "body", "forced_usage", "headers", "kind", "model", "reserve", "stream")
+    __slots__ = (
+        "api_key",
+        "body",
+        "forced_usage",
+        "headers",
+        "kind",
+        "model",
+        "output_cap",
+        "reserve",
+        "stream",
+    )
 
     def __init__(
         self, method: str, url: str, headers: Mapping[str, str], body: bytes, model: str
@@ -126,8 +140,15 @@ class ForwardRequest:
         self.body = body
         payload = self._payload(method, body)
         self.reserve = estimate_request(payload) if payload is not None else 0
+        #: The reply's output cap the request sets (None: none), for a spending limit.
+        self.output_cap: int | None = None
         if payload is None:
             return
+        for name in _CAPS:
+            cap = payload.get(name)
+            if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
+                self.output_cap = cap
+                break
         if isinstance(payload.get("model"), str):
             self.model = payload["model"]
         self.stream = payload.get("stream") is True
@@ -149,6 +170,17 @@ class ForwardRequest:
         except msgspec.DecodeError:
             return None
         return payload if isinstance(payload, dict) else None
+
+    def cap_output(self, cap: int) -> int | None:
+        """Set the request's output cap to ``cap`` (it had none); the cap now in force, or
+        None when the body is not one this knows how to cap."""
+        payload = self._payload("POST", self.body)
+        if payload is None or self.kind == "other":
+            return None
+        payload["max_output_tokens" if self.kind == "responses" else "max_tokens"] = cap
+        self.body = _encode(payload)
+        self.output_cap = cap
+        return cap
 
     def reply_body(self, body: bytes) -> bytes:
         """The reply's body as the caller should read it."""

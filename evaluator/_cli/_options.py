@@ -29,7 +29,7 @@ from evaluator._kinds import EXECUTIONS
 from evaluator._options import MAX_TIMEOUT, validate_ray_address, validate_timeout
 
 if TYPE_CHECKING:
-    from evaluator import Example
+    from evaluator import Budget, Example
     from evaluator._dataset import DatasetRead, Selection
     from evaluator._judges import JudgeSpec
     from llm_client import SimulatorConfig
@@ -634,6 +634,7 @@ class RunOptions:
     json: bool = False
     cache: str | None = None
     cache_key_files: tuple[str, ...] = ()
+    budget: Budget | None = None
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -660,6 +661,7 @@ class RunOptions:
             help="also write the run's HTML report here (as `skynet-eval report` does)",
         )
         RunOptions._add_engine_arguments(parser)
+        _add_budget_arguments(parser.add_argument_group("budget (never overrun)"))
         _add_model_arguments(parser.add_argument_group("models (skynet.llm)"))
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
         _add_config_argument(parser)
@@ -730,7 +732,38 @@ class RunOptions:
             json=args.json,
             cache=_cache_directory(args.cache),
             cache_key_files=_cache_key_files(args.cache_key_file, args.cache),
+            budget=_budget(args),
         )
+
+
+def _add_budget_arguments(group: Any) -> None:
+    group.add_argument(
+        "--max-cost",
+        type=float,
+        metavar="USD",
+        help="spend at most USD on model calls (each call reserves its worst case before "
+        "it is sent; the models need a price)",
+    )
+    group.add_argument(
+        "--max-calls", type=int, metavar="N", help="send at most N model calls (retries count)"
+    )
+    group.add_argument(
+        "--max-time",
+        type=float,
+        metavar="S",
+        help="start no example, and send no model call, after S seconds",
+    )
+
+
+def _budget(args: argparse.Namespace) -> Budget | None:
+    """The run's budget (None: no limit); the examples it leaves are budget_exhausted."""
+    if args.max_cost is None and args.max_calls is None and args.max_time is None:
+        return None
+    for dest in ("max_cost", "max_calls", "max_time"):
+        _zero_or_more(getattr(args, dest), dest)
+    from evaluator import Budget
+
+    return Budget(usd=args.max_cost, calls=args.max_calls, seconds=args.max_time)
 
 
 def _cache_key_files(paths: list[str], cache: str | None) -> tuple[str, ...]:

@@ -308,6 +308,8 @@ def engine(options: Any, serving: Serving, configs: Any, total: int) -> Evaluato
         models=serving.models(configs),
         cache=options.cache,
         cache_key_files=options.cache_key_files,
+        # run's --max-cost/--max-calls/--max-time (race's options have no budget yet).
+        budget=getattr(options, "budget", None),
     )
 
 

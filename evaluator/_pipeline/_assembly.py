@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
+
 from .. import _failures as failures
 from .._calls import Outcome, RunCall, ScoreCall
 from .._context import Stage
@@ -31,6 +33,7 @@ __all__ = [
     "NO_USAGE",
     "SCORE_ONLY",
     "after_program",
+    "budget_exhausted",
     "check_result_count",
     "complete",
     "fill_holes",
@@ -55,6 +58,10 @@ SCORE_ONLY = Observation(
 _WORKER_ENDED = ("time not measured: the program's worker ended",)
 #: The judge usage of a metric call that made no model call.
 NO_USAGE = Usage()
+#: The observation of an example not run: its budget ran out first (nothing was spent).
+_NOT_RUN = Observation(
+    duration_ms=None, notes=("time not measured: not run, its budget ran out first",)
+)
 #: The observation of an example whose result the engine lost.
 _NOT_MEASURED = Observation(
     duration_ms=None,
@@ -226,6 +233,36 @@ def lost(examples: list[Example], failure_score: float, why: str) -> list[Result
         Result(ex.id, failure_score, {}, error.message, error, _NOT_MEASURED, NO_USAGE)
         for ex in examples
     ]
+
+
+def budget_exhausted(examples: list[Example], failure_score: float, why: str) -> list[Result]:
+    """A ``budget_exhausted`` result for each of ``examples``, not started (``why``)."""
+    return [
+        Result(ex.id, failure_score, {}, e.message, e, _NOT_RUN, NO_USAGE)
+        for ex in examples
+        for e in (failures.budget_exhausted(ex.id, why),)
+    ]
+
+
+def refused(
+    results: list[Result], base: int, tokens: set[int], why: str, failure_score: float
+) -> tuple[list[Result], int]:
+    """``results`` (tokens ``base ..``) with each whose example had a model call refused
+    by its budget (its token in ``tokens``, taken out) made ``budget_exhausted``, keeping
+    what its calls before that spent; and how many were ok before."""
+    out: list[Result] = []
+    were_ok = 0
+    for i, result in enumerate(results):
+        token = base + i
+        if token in tokens:
+            tokens.discard(token)
+            were_ok += result.error is None
+            error = failures.budget_exhausted(result.example_id, why)
+            result = msgspec.structs.replace(
+                result, score=failure_score, error=error, feedback=error.message, scores={}
+            )
+        out.append(result)
+    return out, were_ok
 
 
 def complete(

@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from llm_client import ModelConfig
+from llm_client import ModelConfig, Share, Spend
 
 from .._aio import shielded
 from .._cache import CacheStatistics, KeyMaker, ResultCache, check_directory, check_key_files
@@ -37,7 +37,7 @@ from .._executors._factory import open_executor
 from .._executors._threads import ThreadExecutorStatistics
 from .._kinds import refusal
 from .._loader import UserFunction, load_metric, load_program
-from .._models import ModelRouter, Models, ModelStatistics
+from .._models import Budget, ModelRouter, Models, ModelStatistics
 from .._options import MAX_TIMEOUT, validate_count, validate_ray_address, validate_timeout
 from .._race import RaceResult, Ties, run_race
 from .._report import (
@@ -46,6 +46,7 @@ from .._report import (
     Report,
     ReportBuilder,
     StageExecution,
+    budget_summary,
     combine_clusters,
 )
 from .._results import Result
@@ -230,7 +231,10 @@ class Evaluator:
     for any other. ``workers`` sizes the thread pool or the worker processes;
     ``concurrency`` bounds the examples in flight (and the calls at once of every
     executor). ``models`` chooses the program, metric and reflection models for
-    ``skynet.llm``. An error result scores ``failure_score``.
+    ``skynet.llm``. An error result scores ``failure_score``. ``budget``
+    (:class:`~evaluator._models.Budget`) caps the dollars, model calls and seconds of the
+    Evaluator's whole life, never overrun (``llm_client/_spend.py``); the examples it
+    leaves get ``budget_exhausted``.
     ``ray_address`` is the Ray cluster of a stage on "ray" ("auto", "HOST:PORT",
     "ray://HOST:PORT"; None: a local instance started and stopped with the Evaluator).
     ``cache`` keeps each example's result without an error, keyed by everything that can
@@ -271,6 +275,7 @@ class Evaluator:
         cache_key_files: Sequence[str | Path] = (),
         tracer_provider: Any = None,
         meter_provider: Any = None,
+        budget: Budget | None = None,
     ) -> None:
         self.timeout = validate_timeout(timeout, "timeout", upper=MAX_TIMEOUT)
         self.program_timeout = (
@@ -326,6 +331,9 @@ class Evaluator:
         self._stack: contextlib.AsyncExitStack | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flow = Flow(self.failure_score, self.concurrency)
+        self.budget = _budget_option(budget, "budget")
+        #: The lifetime budget's ledger, from when the Evaluator opens.
+        self._spend: Spend | None = None
 
     # -- lifetime ---------------------------------------------------------------------
 
@@ -358,6 +366,14 @@ class Evaluator:
             self._state = "closed"
             await shielded(stack.aclose())
             raise
+        if self.budget is not None:
+            try:
+                _check_priced(router, self.budget)
+            except BaseException:
+                self._state = "closed"
+                await shielded(stack.aclose())
+                raise
+            self._spend = self.budget.ledger(name="Evaluator's budget")
         telemetry = open_telemetry(self.tracer_provider, self.meter_provider)
         self._flow.attach(metric, program, router, self._cache, telemetry)
         self._stack = stack
@@ -418,6 +434,7 @@ class Evaluator:
         *,
         tenant: Hashable | None = None,
         weight: float = 1.0,
+        budget: Budget | None = None,
         unique_ids: bool = True,
     ) -> list[Result]:
         """Evaluate ``examples`` with ``artifact``; one result per example, in input order.
@@ -434,11 +451,12 @@ class Evaluator:
 
         ``tenant`` (default: the calling task) and ``weight`` (default 1) set this call's
         share of the executors' slots and the model budgets while other tenants want
-        them too; alone, a tenant gets all of both. Cancelling the calling task stops
-        this call's work only.
+        them too; alone, a tenant gets all of both. ``budget``: this call's own spending
+        limit, inside the Evaluator's. Cancelling the calling task stops this call's
+        work only.
         """
         self._check_open()
-        share = caller_share(tenant, weight)
+        share = self._share(tenant, weight, budget)
         return await self._flow.collect(artifact, examples, share=share, unique_ids=unique_ids)
 
     def stream(
@@ -448,6 +466,7 @@ class Evaluator:
         *,
         tenant: Hashable | None = None,
         weight: float = 1.0,
+        budget: Budget | None = None,
         unique_ids: bool = True,
     ) -> ResultStream:
         """Results as they complete, in bounded memory.
@@ -457,10 +476,10 @@ class Evaluator:
         early and release at once what is still in flight. A consumer cancelled while it
         waits for the next result (a client that disconnected) stops the stream's work
         too. ``examples``, ``unique_ids``, ``tenant`` (default: the task that calls
-        ``stream``) and ``weight``: as for :meth:`evaluate_many`.
+        ``stream``), ``weight`` and ``budget``: as for :meth:`evaluate_many`.
         """
         self._check_open()
-        share = caller_share(tenant, weight)
+        share = self._share(tenant, weight, budget)
         source = Source(examples, unique_ids=unique_ids)
         return ResultStream(self._flow, self._check_open, artifact, source, share)
 
@@ -471,22 +490,25 @@ class Evaluator:
         *,
         tenant: Hashable | None = None,
         weight: float = 1.0,
+        budget: Budget | None = None,
         unique_ids: bool = True,
     ) -> Report:
         """Evaluate ``examples`` and return the :class:`Report` (no list of results kept).
 
-        ``examples``, ``unique_ids``, ``tenant`` and ``weight``: as for
-        :meth:`evaluate_many`.
+        ``examples``, ``unique_ids``, ``tenant``, ``weight`` and ``budget``: as for
+        :meth:`evaluate_many`; the report shows the call's budget (else the Evaluator's)
+        against what was spent.
         """
         self._check_open()
-        share = caller_share(tenant, weight)
+        share = self._share(tenant, weight, budget)
         builder = ReportBuilder(failure_score=self.failure_score)
 
         async def add(position: int, chunk: list[Result]) -> None:
             builder.add_many(chunk)
 
-        await self._flow.drive(artifact, Source(examples, unique_ids=unique_ids), add, share=share)
-        return self.build_report(builder)
+        source = Source(examples, unique_ids=unique_ids)
+        await self._flow.drive(artifact, source, add, share=share)
+        return self.build_report(builder, share.spend)
 
     async def race(
         self,
@@ -544,10 +566,32 @@ class Evaluator:
             seed=seed,
         )
 
-    def build_report(self, builder: ReportBuilder) -> Report:
+    def _share(self, tenant: Hashable | None, weight: float, budget: Budget | None) -> Share:
+        """One call's share, with its spending ledger: its own ``budget`` inside the
+        Evaluator's, or the Evaluator's (None: no limit)."""
+        share = caller_share(tenant, weight)
+        budget = _budget_option(budget, "budget")
+        if budget is None:
+            share.spend = self._spend
+        else:
+            assert self._flow.router is not None
+            _check_priced(self._flow.router, budget)
+            share.spend = budget.ledger(self._spend, "call's budget")
+        return share
+
+    @property
+    def spend(self) -> Spend | None:
+        """The ledger of the Evaluator's lifetime budget (None: no budget, or unopened)."""
+        return self._spend
+
+    def build_report(self, builder: ReportBuilder, spend: Spend | None = None) -> Report:
         """``builder``'s report, with how this Evaluator ran: each stage's executor and
-        why, the model budgets in force, the threads and async calls abandoned."""
+        why, the model budgets in force, the threads and async calls abandoned, and the
+        spending budget against what was spent (``spend``: a call's ledger; default the
+        Evaluator's)."""
+        spend = self._spend if spend is None else spend
         return builder.build(
+            budget=None if spend is None else budget_summary(spend),
             abandoned_threads=self._abandoned(),
             abandoned_tasks=self._abandoned_tasks(),
             executors=self._executors(),
@@ -642,6 +686,33 @@ class Evaluator:
             stats.abandoned_tasks
             for ex in (self._flow.metric, self._flow.program)
             if ex is not None and isinstance(stats := ex.statistics(), AsyncExecutorStatistics)
+        )
+
+
+def _budget_option(value: Any, option: str) -> Budget | None:
+    if value is None or isinstance(value, Budget):
+        return value
+    raise ConfigError(
+        f"must be an evaluator.Budget(usd=..., calls=..., seconds=...), got {type(value).__name__}",
+        option=option,
+        value=value,
+    )
+
+
+def _check_priced(router: ModelRouter, budget: Budget) -> None:
+    """A dollar budget needs every configured model's price: a clear error before
+    anything runs, naming the model and how to price it."""
+    if budget.usd is None:
+        return
+    unpriced = router.unpriced()
+    if unpriced:
+        names = ", ".join(repr(m) for m in unpriced)
+        raise ConfigError(
+            f"a dollar budget (Budget(usd={budget.usd:g}), --max-cost on the command line) "
+            f"needs a price for every model, and none is known for model {names}, so no "
+            "call's worst case can be reserved: give it a price (ModelConfig's "
+            "price_input/price_output, USD per million tokens; --price-input/--price-output "
+            "on the command line), or drop the dollar limit"
         )
 
 

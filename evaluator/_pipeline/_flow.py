@@ -429,14 +429,30 @@ class Flow:
         share: Share | None,
         busy: _Busy | None,
     ) -> tuple[list[Result], int]:
+        router = self.router
+        assert router is not None
+        spend = None if share is None else share.spend
+        if spend is not None:
+            # A spent budget starts no example: each gets its one budget_exhausted result.
+            why = spend.stop_reason()
+            if why is not None:
+                return assembly.budget_exhausted(examples, self.failure_score, why), len(examples)
         if self.program is not None:
             made = await self._with_program(self.program, artifact, examples, base, share, busy)
         else:
             made = await self._score_only(examples, base, share, busy)
+        results, errors = made
+        if router.refused and spend is not None:
+            # The examples a model call of which did not fit (whatever their code did
+            # with the refusal) are budget_exhausted.
+            why = spend.stop_reason() or "a model call did not fit what was left of it"
+            results, were_ok = assembly.refused(
+                results, base, router.refused, why, self.failure_score
+            )
+            errors += were_ok
         # The one place results are scrubbed of the run's keys: before the cache, the
         # caller, the results file, the reports and telemetry see them (_scrub.py).
-        assert self.router is not None
-        return self.router.scrubber.results(made[0]), made[1]
+        return router.scrubber.results(results), errors
 
     async def _cached(
         self,

@@ -103,6 +103,14 @@ class TestMessages:
         assert "'b'" in error.message and "--program" in error.message
 
 
+def test_budget_exhausted_says_why_and_how_to_raise_it() -> None:
+    """An example its budget left unevaluated: which, why, and the fix in both spellings."""
+    error = failures.budget_exhausted("e7", "the budget's 3 calls are spent (3 of 3 calls)")
+    assert error.kind == "budget_exhausted"
+    assert "'e7'" in error.message and "3 of 3 calls" in error.message
+    assert "Budget(" in error.message and "--max-calls" in error.message
+
+
 def test_every_kind_is_made_here(fn: UserFunction) -> None:
     """Every error kind of ERROR_KINDS is built by this module, and nothing else."""
     made = {
@@ -119,5 +127,6 @@ def test_every_kind_is_made_here(fn: UserFunction) -> None:
         failures.could_not_load("x").kind,
         failures.missing_output(0).kind,
         failures.closed_before_done("process executor").kind,
+        failures.budget_exhausted(0, "x").kind,
     }
     assert made == set(ERROR_KINDS)

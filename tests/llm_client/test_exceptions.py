@@ -10,6 +10,7 @@ import pytest
 
 import llm_client
 from llm_client import (
+    BudgetExhaustedError,
     ClientClosedError,
     LLMError,
     ModelClientError,
@@ -32,6 +33,7 @@ EXAMPLES: list[ModelClientError] = [
         rate_limited=1,
     ),
     RequestTooLargeError("needs 2000 tokens, the budget is 1000", model="m", attempts=0),
+    BudgetExhaustedError("model 'm': call not sent, the budget's 3 calls are spent", model="m"),
     TransportError(
         "timeout", "timed out after 5 s reading the response body", response_started=True
     ),
