@@ -246,7 +246,7 @@ def _cases(
 
 
 async def compare_judges(
-    metric: str | UserFunction,
+    metric: str | Path | UserFunction,
     examples: Iterable[Any],
     models: Sequence[ModelConfig | JudgeSpec],
     *,
