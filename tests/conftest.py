@@ -41,13 +41,13 @@ def _check(address: Any) -> None:
         raise ConnectionRefusedError(f"tests may not reach {address[0]!r}: only loopback")
 
 
-def _guarded_connect(self: socket.socket, address: Any) -> None:
+def _guarded_connect(self: Any, address: Any) -> None:
     if self.family in (socket.AF_INET, socket.AF_INET6):
         _check(address)
     return _real_connect(self, address)
 
 
-def _guarded_connect_ex(self: socket.socket, address: Any) -> int:
+def _guarded_connect_ex(self: Any, address: Any) -> int:
     if self.family in (socket.AF_INET, socket.AF_INET6):
         _check(address)
     return _real_connect_ex(self, address)
@@ -95,7 +95,7 @@ def _no_resource_tracker_left() -> Any:
 
     tracker = resource_tracker._resource_tracker
     if getattr(tracker, "_pid", None) is not None:
-        tracker._stop()
+        tracker._stop()  # type: ignore[attr-defined]  # private: no stub
 
 
 @pytest.fixture(autouse=True, scope="session")

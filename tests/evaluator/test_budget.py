@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evaluator import Budget, ConfigError, Evaluator, Models
+from evaluator import Budget, ConfigError, Evaluator, Models, Result
 from llm_client import BudgetExhaustedError, ModelConfig, Simulator, SimulatorConfig, Spend
 from tests._helpers import PROCESS, write
 
@@ -86,7 +86,7 @@ def _billed(sim: Simulator) -> float:
     return (stats.prompt_tokens * PRICE_IN + stats.completion_tokens * PRICE_OUT) / 1e6
 
 
-def _kinds(results: list) -> dict[str | None, int]:
+def _kinds(results: list[Result]) -> dict[str | None, int]:
     counts: dict[str | None, int] = {}
     for r in results:
         kind = None if r.error is None else r.error.kind
@@ -126,7 +126,7 @@ class TestDollars:
         the budget, and every example has exactly one result."""
         metric = write(tmp_path_factory.mktemp("m"), "judge.py", JUDGE)
 
-        async def main() -> tuple[list, float]:
+        async def main() -> tuple[list[Result], float]:
             async with Simulator(SimulatorConfig(latency_ms=2, jitter_ms=5)) as sim:
                 models = _judge(sim)
                 async with Evaluator(metric, models=models, concurrency=concurrency) as ev:

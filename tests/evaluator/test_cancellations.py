@@ -86,7 +86,7 @@ def our_threads() -> list[threading.Thread]:
 
 
 def other_tasks() -> set[asyncio.Task[Any]]:
-    return asyncio.all_tasks() - {asyncio.current_task()}  # type: ignore[operator]
+    return asyncio.all_tasks() - {asyncio.current_task()}
 
 
 async def cancelled(task: asyncio.Task[Any]) -> None:
@@ -323,7 +323,9 @@ class TestModelRelay:
             config = ModelConfig(model="sim", base_url=sim.base_url, api_key_env=None)
             async with Evaluator(path, models=Models(metric=config)) as ev:
                 before = other_tasks()
-                rows = [{"input": {}, "output": i, "expected": None} for i in range(3)]
+                rows: list[dict[str, Any]] = [
+                    {"input": {}, "output": i, "expected": None} for i in range(3)
+                ]
                 task = asyncio.create_task(ev.evaluate_many(None, rows))
                 await until(lambda: sim.statistics().requests >= 3, "the model is asked")
                 await cancelled(task)
@@ -334,7 +336,7 @@ class TestModelRelay:
 
 
 async def under_fire(
-    task: asyncio.Task[Any], shots: int, on_shot: Callable[[int], None] | None = None
+    task: asyncio.Task[Any], shots: int, on_shot: Callable[[int], object] | None = None
 ) -> None:
     """Cancel ``task`` natively, then again at every turn of the loop while it unwinds
     (Ctrl-C pressed over and over): it must finish its cleanup, then re-raise."""

@@ -73,7 +73,7 @@ class TestPrivateArtifact:
     def test_plain_data_is_copied_all_the_way_down(self) -> None:
         """A config artifact's dicts, lists and tuples are copied: editing them in a call
         leaves the candidate as it was."""
-        artifact = {"prompt": "p", "shots": [{"q": "a"}], "pair": ([1], 2)}
+        artifact: dict[str, Any] = {"prompt": "p", "shots": [{"q": "a"}], "pair": ([1], 2)}
         copy = private_artifact(artifact)
         copy["shots"][0]["q"] = "changed"
         copy["pair"][0].append(3)

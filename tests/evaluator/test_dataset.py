@@ -195,7 +195,7 @@ class TestFileRules:
             ".csv": "id,q\nx1,hi\n",
         }[suffix]
         path.write_bytes(b"\xef\xbb\xbf" + body.encode())
-        kw = {"input_cols": ["q"]} if suffix == ".csv" else {}
+        kw: dict[str, Any] = {"input_cols": ["q"]} if suffix == ".csv" else {}
         (example,) = load_examples(path, **kw)
         assert example.id == "x1" and example.input == {"q": "hi"}
 

@@ -82,6 +82,7 @@ class TestToDspyMetric:
         """Evaluate's and bootstrapping's calls get the score as a plain float."""
         metric = to_dspy_metric(exact_match, output_field="label")
         gold = dspy.Example(message="m", label="bug").with_inputs("message")
+        args: tuple[Any, ...]
         for args in ((gold, _pred(label="bug")), (gold, _pred(label="bug"), [])):
             value = metric(*args)
             assert type(value) is float
@@ -127,7 +128,7 @@ class TestToDspyMetric:
 
     def test_inputs_labels_and_output_fields_are_mapped(self, tmp_path: Path) -> None:
         """input = example.inputs(), expected = example.labels(), output = prediction fields."""
-        seen: list[tuple[Any, ...]] = []
+        seen: list[Any] = []  # each call's (input, output, expected)
 
         def score(input: Any, output: Any, expected: Any = None) -> Any:
             seen.append((input, output, expected))

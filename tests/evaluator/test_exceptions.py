@@ -91,7 +91,9 @@ class TestResultsFileErrors:
         """The report's reader and --resume's reader raise the same ResultsFileError,
         a ConfigError (one line on the command line), whose message is where: problem; fix."""
         from evaluator._report_html import ResultsFileError as from_report
-        from evaluator._resultsfile import NotAResultsFile as from_resume
+        from evaluator._resultsfile import (  # type: ignore[attr-defined]  # the name as --resume sees it
+            NotAResultsFile as from_resume,
+        )
 
         assert from_report is ResultsFileError and issubclass(from_resume, ResultsFileError)
         assert issubclass(ResultsFileError, ConfigError)

@@ -263,7 +263,7 @@ class TestCompareJudges:
         assert c.lenient_rate == pytest.approx(1 / 3) and c.strict_rate == pytest.approx(1 / 3)
         cases = {case.id: case for case in report.cases}
         assert [len(case.calls["big"]) for case in report.cases] == [3] * 6
-        assert sorted(x.score for x in cases["e1"].calls["big"]) == [0.0, 1.0, 1.0]
+        assert sorted(x.score for x in cases["e1"].calls["big"]) == [0.0, 1.0, 1.0]  # type: ignore[type-var]
         assert [k for k, c in cases.items() if c.flips] == ["e1", "e3", "e4"]
         assert [k for k, c in cases.items() if c.disagree] == ["e3", "e4"]
         assert cases["e4"].verdicts == {"big": 1.0} and cases["e4"].reference == 0.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ async def sim() -> AsyncIterator[Simulator]:
 
 
 def _config(sim: Simulator, model: str, *, priced: bool = True) -> ModelConfig:
-    prices = {"price_input": 1.0, "price_output": 2.0} if priced else {}
+    prices: dict[str, Any] = {"price_input": 1.0, "price_output": 2.0} if priced else {}
     return ModelConfig(model=model, base_url=sim.base_url, api_key_env=None, **prices)
 
 

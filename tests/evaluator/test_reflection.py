@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import cast
 
 import anyio
 import pytest
 
 from evaluator._pipeline import Evaluator
 from evaluator._reflection import METRIC_FAILURE_TEXT, from_program, reflection_feedback
-from evaluator._results import ERROR_KINDS, ErrorInfo, Result
+from evaluator._results import ERROR_KINDS, ErrorInfo, ErrorKind, Result
 from evaluator.gepa import EvaluatorAdapter
 
 
 def _result(kind: str | None, message: str = "", feedback: str = "") -> Result:
-    error = ErrorInfo(kind, message) if kind is not None else None
+    # cast: an unknown kind is one of the cases (the engine may grow kinds)
+    error = ErrorInfo(cast(ErrorKind, kind), message) if kind is not None else None
     return Result(example_id="e", score=0.0, feedback=feedback or message, error=error)
 
 

@@ -97,8 +97,10 @@ class Otel:
                     for point in metric.data.data_points:
                         value = getattr(point, "value", None)
                         if value is None:
-                            value = (point.count, point.sum)  # type: ignore[attr-defined]
-                        found.setdefault(metric.name, []).append((dict(point.attributes), value))
+                            value = (point.count, point.sum)  # type: ignore[union-attr]
+                        found.setdefault(metric.name, []).append(
+                            (dict(point.attributes or {}), value)
+                        )
         return found
 
     def close(self) -> None:
@@ -160,8 +162,8 @@ class TestSpans:
             results = await ev.evaluate_many("Answer briefly.", rows)
         assert [r.cached for r in results] == [True, False, True, False]
         spans = otel.spans()
-        by_id = {
-            s.attributes["skynet.example.id"]: s.context.span_id
+        by_id: dict[str, Any] = {
+            str((s.attributes or {})["skynet.example.id"]): s.context.span_id
             for s in spans
             if s.name == "skynet.example"
         }
@@ -218,7 +220,7 @@ class TestSpans:
             parent = by_id[call.parent.span_id]
             assert parent.start_time <= call.start_time <= call.end_time <= parent.end_time  # type: ignore[operator]
         stages = sorted(
-            (by_id[c.parent.span_id].attributes or {})["skynet.example.id"]  # type: ignore[union-attr]
+            str((by_id[c.parent.span_id].attributes or {})["skynet.example.id"])  # type: ignore[union-attr]
             + ":"
             + str((c.attributes or {})["skynet.stage"])
             for c in calls
@@ -316,7 +318,7 @@ class TestSpans:
                 seen = [r.example_id async for r in ev.stream(None, rows)]
         assert sorted(seen) == list(range(30))
         examples = [s for s in otel.spans() if s.name == "skynet.example"]
-        assert sorted((s.attributes or {})["skynet.example.id"] for s in examples) == sorted(
+        assert sorted(str((s.attributes or {})["skynet.example.id"]) for s in examples) == sorted(
             repr(i) for i in range(30)
         )
         want = request.get_span_context().span_id

@@ -183,8 +183,8 @@ class TestEvaluate:
             await asyncio.sleep(0.5)  # nothing of the big request may start after this
             assert sim.statistics().requests == sent
             stats = (await client.get("/stats")).json()
-        for lines, body in zip(found, small, strict=True):
-            _check_one_each(lines, body)
+        for rows, body in zip(found, small, strict=True):
+            _check_one_each(rows, body)
         # Had its work gone on, the big request alone would have made 3,000 calls.
         assert sent <= 2500, f"{sent} model calls: the big request's work did not stop"
         assert stats["examples"] < 3035

@@ -398,7 +398,7 @@ class TestAsyncCodeThatSwallowsItsCancellation:
         else:
             assert "abandoned" in results[0].feedback
             assert stats.abandoned_tasks == 3 and report.abandoned_tasks == 3
-        module = sys.modules[ev.metric.module_name]
+        module: Any = sys.modules[ev.metric.module_name]
         wakes = len(module.WAKES)
         await asyncio.sleep(0.3)
         assert len(module.WAKES) == wakes  # never resumed after close
@@ -649,7 +649,7 @@ class TestValuesThatCannotCross:
             "metric.py",
             "def score(i, o, e=None):\n    return 1.0, {'feedback': str(o)}\n",
         )
-        rows = [
+        rows: list[dict[str, Any]] = [
             {"id": i, "input": {}, "output": Unrebuildable(i) if i % 3 == 0 else f"plain {i}"}
             for i in range(9)
         ]

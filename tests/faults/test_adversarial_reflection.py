@@ -52,7 +52,13 @@ def score(input, output, expected=None):
     return 0.0, {"feedback": "Wrong label."}
 """
 MODES = ["convert", "return", "key", "named", "feedback", "raise", "assert", "exit", "ok"]
-KINDS = ["metric_error", "invalid_return", "metric_error", "invalid_return", "invalid_return"]
+KINDS: list[str | None] = [
+    "metric_error",
+    "invalid_return",
+    "metric_error",
+    "invalid_return",
+    "invalid_return",
+]
 KINDS += ["metric_error", "metric_error", "metric_error", None]
 
 GUESS = """

@@ -452,7 +452,7 @@ def _sibling(tmp_path: Path) -> tuple[Path, str]:
     return metric, helper
 
 
-EDITS: dict[str, Callable[[Path, str], None]] = {
+EDITS: dict[str, Callable[[Path, str], object]] = {
     "the helper's source": lambda root, helper: write(
         root, f"shared/{helper}.py", HELPER.replace("helper v1", "helper v2")
     ),

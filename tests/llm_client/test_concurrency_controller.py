@@ -140,7 +140,7 @@ class TestWithARate:
         assert controller.value == 64  # no latency measured yet
         for i in range(200):
             controller.finished(2.0, 2.0 + i * 0.02)
-        expected = math.ceil(50 * 2.0 * ConcurrencyController.HEADROOM + 2)
+        expected: float = math.ceil(50 * 2.0 * ConcurrencyController.HEADROOM + 2)
         assert controller.value == expected
         assert controller.source == "rate x latency"
         for i in range(400):

@@ -41,7 +41,7 @@ class TestShare:
     def test_tenant_must_be_hashable(self) -> None:
         """An unhashable tenant is refused, saying what a tenant may be."""
         with pytest.raises(ValueError, match="`tenant` must be hashable"):
-            Share(["a"])
+            Share(["a"])  # type: ignore[arg-type]  # the wrong type is the test
 
     async def test_sharing_sets_the_share_for_the_block_and_its_tasks(self) -> None:
         """Inside ``sharing`` the share is in force, also in tasks started there; after
@@ -93,7 +93,7 @@ class TestFairQueue:
         for i in range(20):
             queue.push(big, _Item("big"), i)
             queue.push(small, _Item("small"), 100 + i)
-        order = []
+        order: list[str] = []
         while (item := queue.peek()) is not None and len(order) < 20:
             order.append(queue.pop(4.0 if item.name == "big" else 1.0).name)
         assert Counter(order) == {"small": 16, "big": 4}

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,7 +45,7 @@ def dataset(tmp_path: Path, n: int) -> Path:
     return path
 
 
-def results_ids(path: Path) -> list[object]:
+def results_ids(path: Path) -> list[Any]:
     """The example ids of a results file's result lines, in file order."""
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     return [row["example_id"] for row in rows if "example_id" in row]
@@ -206,7 +207,7 @@ def _texts(node: ast.AST, skip: set[int]) -> list[str]:
     out = []
     for sub in ast.walk(node):
         if isinstance(sub, ast.JoinedStr):
-            out.append("".join(v.value for v in sub.values if isinstance(v, ast.Constant)))
+            out.append("".join(str(v.value) for v in sub.values if isinstance(v, ast.Constant)))
         elif isinstance(sub, ast.Constant) and isinstance(sub.value, str) and id(sub) not in skip:
             out.append(sub.value)
     return out
@@ -343,7 +344,7 @@ class TestTryAFewRows:
         """--ids b,a runs exactly those examples."""
         out = tmp_path / "r.jsonl"
         assert main(self.run_argv(JUDGE_DATA, out, "--ids", "cap04,cap02")) == 0
-        assert sorted(results_ids(out)) == ["cap02", "cap04"]  # type: ignore[type-var]
+        assert sorted(results_ids(out)) == ["cap02", "cap04"]
 
     def test_a_misspelt_id_is_named_with_a_guess(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -373,7 +374,7 @@ class TestTryAFewRows:
         err = capsys.readouterr().err
         assert "the selection changed: the first 3 examples then, every example now" in err
         everything = [json.loads(r)["id"] for r in JUDGE_DATA.read_text().splitlines()]
-        assert sorted(results_ids(out)) == sorted(everything)  # type: ignore[type-var]
+        assert sorted(results_ids(out)) == sorted(everything)
         last = headers(out)[-1]
         assert len(headers(out)) == 2 and "another selection" in str(last["note"])
         assert isinstance(last["dataset"], dict) and last["dataset"]["selection"] is None
@@ -1054,7 +1055,7 @@ class TestTheFirstHour:
         kept = ran.stdout.strip().splitlines()[-1].removeprefix("results: ")
         results = project / kept
         assert kept.startswith("runs") and results.is_file()
-        assert sorted(results_ids(results)) == sorted(e.id for e in picked)  # type: ignore[type-var]
+        assert sorted(results_ids(results)) == sorted(e.id for e in picked)
         assert "Failures" in ran.stdout and failing.id in ran.stdout
         assert "this one is broken" in ran.stdout
 
@@ -1069,7 +1070,7 @@ class TestTheFirstHour:
         resumed = cli("run", "--config", "run.toml", "--output", kept, "--resume")
         assert resumed.returncode == 0, resumed.stderr
         assert "contract check skipped" in resumed.stdout
-        assert sorted(results_ids(results)) == sorted(e.id for e in picked)  # type: ignore[type-var]
+        assert sorted(results_ids(results)) == sorted(e.id for e in picked)
 
         # The same metric from a library script: the guide's program on the user's files.
         guide = (ROOT / "docs" / "guide" / "library.md").read_text()

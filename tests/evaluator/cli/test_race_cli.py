@@ -56,8 +56,8 @@ ARTIFACTS = ("--artifact", "weak.json", "--artifact", "strong.json", "--artifact
 
 
 def read(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data["race"]
+    race: dict[str, Any] = json.loads(path.read_text())["race"]
+    return race
 
 
 class TestRace:

@@ -26,7 +26,8 @@ from evaluator._loader import UserFunction, load_metric
 
 SOURCES = Path(__file__).resolve().parents[1] / "sources"
 
-KINDS = {
+#: kind -> (executor class, statistics class, parallelism)
+KINDS: dict[str, tuple[type[Any], type[Any], int | None]] = {
     "async": (AsyncExecutor, AsyncExecutorStatistics, ASYNC_CONCURRENCY),
     "thread": (ThreadExecutor, ThreadExecutorStatistics, min(64, (os.cpu_count() or 1) * 8)),
     "inline": (InlineExecutor, ThreadExecutorStatistics, 1),

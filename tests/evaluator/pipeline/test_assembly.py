@@ -13,8 +13,7 @@ from evaluator._results import ErrorInfo, Observation, Scored
 
 def _examples(n: int, **fields: object) -> list[Example]:
     return [
-        Example(id=f"e{i}", input={"q": i}, expected={"label": "a"}, **fields)  # type: ignore[arg-type]
-        for i in range(n)
+        Example(id=f"e{i}", input={"q": i}, expected={"label": "a"}, **fields) for i in range(n)
     ]
 
 

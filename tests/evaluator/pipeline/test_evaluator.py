@@ -6,7 +6,7 @@ import asyncio
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,9 +76,9 @@ def release(path: Path) -> None:
 
 
 @pytest.fixture
-def metric(tmp_path: Path) -> AsyncIterator[Path]:
+def metric(tmp_path: Path) -> Iterator[Path]:
     path = write(tmp_path, "metric.py", BEHAVIOURS)
-    yield path  # type: ignore[misc]
+    yield path
     release(path)
 
 
@@ -350,7 +350,7 @@ class TestTimeoutsAndCleanup:
                 assert time.perf_counter() - started < 1.3
                 # The executors' own helpers may live as long as the Evaluator; nothing
                 # of the cancelled evaluation may.
-                left = {t.get_coro().__qualname__ for t in asyncio.all_tasks() - before}
+                left = {t.get_coro().__qualname__ for t in asyncio.all_tasks() - before}  # type: ignore[union-attr]
                 assert not {q for q in left if "Evaluator" in q or "evaluate" in q}, left
                 assert ev.statistics().in_flight == 0
             assert asyncio.all_tasks() == before

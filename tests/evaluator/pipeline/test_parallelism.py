@@ -251,7 +251,8 @@ class TestInFlightFollowsTheModel:
         (budget,) = stats.model_budgets
         assert budget.source == "learned from headers"
         assert budget.in_flight_source == "rate x latency"
-        assert budget.in_flight_start == 64 and budget.in_flight_max > 64
+        assert budget.in_flight_max is not None and budget.in_flight_start == 64
+        assert budget.in_flight_max > 64
         assert budget.in_flight_limit is not None
         (stage,) = stats.executors
         assert stage.parallelism == max(64, budget.in_flight_limit)

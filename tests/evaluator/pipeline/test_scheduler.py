@@ -72,7 +72,7 @@ class TestCallerShare:
             caller_share("a", 0.0)
         assert (caught.value.option, caught.value.value) == ("weight", 0.0)
         with pytest.raises(ConfigError, match="`tenant` must be hashable") as bad:
-            caller_share({"a": 1}, 1.0)
+            caller_share({"a": 1}, 1.0)  # type: ignore[arg-type]  # the wrong type is the test
         assert bad.value.option == "tenant"
 
 

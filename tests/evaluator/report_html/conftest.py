@@ -12,6 +12,7 @@ import msgspec
 import pytest
 
 from evaluator import ErrorInfo, Observation, Result, Usage
+from evaluator._results import ErrorKind
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -31,7 +32,7 @@ def result(
     score: float,
     *,
     feedback: str = "ok",
-    error: str | None = None,
+    error: ErrorKind | None = None,
     message: str = "",
     duration_ms: float | None = 10.0,
     cost_usd: float | None = 0.001,

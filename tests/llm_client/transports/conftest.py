@@ -231,7 +231,7 @@ async def uvicorn_server(keepalive_s: float) -> AsyncIterator[RealServer]:
         lifespan="off",
         log_config=None,
         access_log=False,
-        timeout_keep_alive=keepalive_s,  # typed int, used as a float by a timer
+        timeout_keep_alive=keepalive_s,  # type: ignore[arg-type]  # typed int, used as a float by a timer
     )
     server = uvicorn.Server(config)
     # startup()/shutdown() rather than serve(): serve() takes over SIGINT and SIGTERM.

@@ -12,7 +12,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import pytest
@@ -80,7 +80,7 @@ def run(artifact, input):
 class Worker:
     """One worker process, started as the pool starts it, and its socket's other end."""
 
-    def __init__(self, path: Path, name: str, stage: str, **init: Any) -> None:
+    def __init__(self, path: Path, name: str, stage: Literal["run", "score"], **init: Any) -> None:
         ours, theirs = socket.socketpair()
         state_fd = _pool._state_fd()
         self.state_map = mmap.mmap(state_fd, STATE_SLOTS * 8)

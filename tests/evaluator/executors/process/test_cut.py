@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from evaluator._calls import Outcome, ScoreCall
+from evaluator._calls import Call, Outcome, ScoreCall
 from evaluator._executors._process._cut import Claims, cut, init_lock
 from evaluator._executors._process._executor import ProcessExecutor
 from evaluator._executors._process._pool import Worker
@@ -86,7 +86,7 @@ def state() -> Iterator[tuple[memoryview, mmap.mmap]]:
     state_map.close()
 
 
-def _wait(done: Callable[[], bool], what: str, guard_s: float = 60.0) -> None:
+def _wait(done: Callable[..., bool], what: str, guard_s: float = 60.0) -> None:
     """Spin (yielding the core) until ``done()``; a guard against a hang only."""
     deadline = time.monotonic() + guard_s
     while not done():
@@ -226,7 +226,7 @@ class TestTakingBack:
 
     def _batches(self, ex: ProcessExecutor, w: Worker, *sizes: int) -> list[Batch]:
         queue = ex._queue
-        calls = [ScoreCall(i, f"e{i}", {}, "a", None) for i in range(sum(sizes) + 4)]
+        calls: list[Call] = [ScoreCall(i, f"e{i}", {}, "a", None) for i in range(sum(sizes) + 4)]
         queue.add(Job(calls, lambda: None))
         out = []
         for size in sizes:

@@ -8,7 +8,7 @@ from typing import Any
 import hypothesis.strategies as st
 from hypothesis import given, settings
 
-from evaluator._calls import Outcome, ScoreCall
+from evaluator._calls import Call, Outcome, ScoreCall
 from evaluator._executors._process._queue import (
     MAX_ATTEMPTS,
     MAX_BATCH,
@@ -20,7 +20,7 @@ from evaluator._executors._process._queue import (
 from evaluator._results import ErrorInfo
 
 
-def _calls(n: int, first: int = 0) -> list[ScoreCall]:
+def _calls(n: int, first: int = 0) -> list[Call]:
     return [ScoreCall(first + i, f"e{first + i}", {}, "a", None) for i in range(n)]
 
 
@@ -43,7 +43,7 @@ def _job(n: int, first: int = 0) -> tuple[Job, _Done]:
     return Job(_calls(n, first), done), done
 
 
-def _send(queue: WorkQueue, size: int) -> tuple[Batch, list[ScoreCall]]:
+def _send(queue: WorkQueue, size: int) -> tuple[Batch, list[Call]]:
     segments, calls = queue.take(size)
     return queue.open_batch(segments, len(calls)), calls
 

@@ -101,7 +101,10 @@ def _handler(client: ModelClient) -> Any:
     async def handler(
         token: int, stage: Any, instruction: str, input: str | None, options: dict[str, Any]
     ) -> str:
-        messages = [{"role": "system", "content": instruction}, {"role": "user", "content": input}]
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": instruction},
+            {"role": "user", "content": input},
+        ]
         return (await client.complete(messages)).text
 
     return handler

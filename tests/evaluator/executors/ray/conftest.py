@@ -12,6 +12,7 @@ installed.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -44,8 +45,8 @@ def ray_cluster() -> Iterator[Any]:
     cluster = Cluster(initialize_head=True, head_node_args=node_args())
     try:
         cluster.add_node(**node_args())
-        ray.init(address=cluster.address, logging_level="ERROR")
+        ray.init(address=cluster.address, logging_level=logging.ERROR)
         yield cluster
     finally:
         ray.shutdown()
-        cluster.shutdown()
+        cluster.shutdown()  # type: ignore[no-untyped-call]  # untyped in ray
