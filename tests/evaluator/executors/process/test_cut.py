@@ -86,6 +86,7 @@ def state() -> Iterator[tuple[memoryview, mmap.mmap]]:
     state_map.close()
 
 
+# `...`: the lambdas bind the round as default arguments, which mypy cannot infer for [].
 def _wait(done: Callable[..., bool], what: str, guard_s: float = 60.0) -> None:
     """Spin (yielding the core) until ``done()``; a guard against a hang only."""
     deadline = time.monotonic() + guard_s
