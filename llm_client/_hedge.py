@@ -3,7 +3,7 @@
 An optimizer's minibatch of three waits for its slowest judge call; a provider's tail (one
 call in twenty taking ten times the median) sets the minibatch's time. With ``hedge=`` on a
 :class:`~llm_client.ModelConfig`, a call that has waited longer than a quantile of the
-model's recent latencies (:class:`LatencyTracker`, a bounded ring of successful calls) sends
+model's recent latencies (:class:`LatencyTracker`, a bounded ring of replies) sends
 a second copy; the first good answer wins and the other copy is cancelled. Both run in one
 anyio task group, so the loser is cancelled and awaited before the call returns: no task is
 left behind.
@@ -379,8 +379,9 @@ class _Race(Generic[_R]):
             outcome.loser_failed = replied and value is None
             return
         outcome.value, outcome.won = value, True
-        # The first copy's latency is at least this long: keep the tail in the ring.
-        tracker.record(max(0.0, tracker.started() - self.started))
+        # The ring holds replies' latencies: this one's, not the cancelled first copy's
+        # (unknown). A tail the hedges cut leaves the ring, so the quantile stays in the
+        # body; ``max_extra`` bounds how far down that can pull it.
         tracker.finished(started)
         self._win()
 

@@ -25,6 +25,7 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
         "bench_e2e.py --only slow-judge,overload",
         "bench_fair.py",
         "bench_faults.py",
+        "bench_hedge.py",
         "bench_llm.py",
         "bench_pipeline.py",
         "bench_tracing.py",
