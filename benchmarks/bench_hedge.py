@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from evaluator import Evaluator, Example, Models  # noqa: E402
+from evaluator._stats import percentile  # noqa: E402
 from llm_client import Hedge, HedgeStatistics, ModelConfig, Simulator, SimulatorConfig  # noqa: E402
 
 JUDGE = ROOT / "examples" / "metrics" / "judge.py"
@@ -45,11 +46,6 @@ def minibatch(loop: int, step: int) -> list[Example]:
         Example(id=f"l{loop}s{step}e{i}", input={"question": f"q{loop}.{step}.{i}"}, output=str(i))
         for i in range(3)
     ]
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
 
 
 async def run(hedge: Hedge | None, loops: int, steps: int) -> dict[str, object]:
@@ -100,7 +96,8 @@ def report(name: str, plain: dict[str, object], hedged: dict[str, object]) -> in
     assert isinstance(times_plain, list) and isinstance(times_hedged, list)
     print(f"-- {name}")
     for q, label in ((0.5, "p50"), (0.99, "p99")):
-        a, b = quantile(times_plain, q), quantile(times_hedged, q)
+        a, b = percentile(times_plain, q), percentile(times_hedged, q)
+        assert a is not None and b is not None
         target = " (target <= 0.5)" if label == "p99" else ""
         print(
             f"minibatch {label}: unhedged {a * 1000:7.1f} ms, hedged {b * 1000:7.1f} ms, "

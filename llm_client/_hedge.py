@@ -117,6 +117,9 @@ class LatencyTracker:
 
     A bounded ring (``window``); the quantile is None until ``min_samples`` are in, and is
     recomputed only after a new sample. ``clock`` times the calls (:meth:`started`).
+    Nearest rank over a sorted copy of at most ``window`` values, here rather than the
+    engine's ``evaluator._stats``: it runs on every call and ``llm_client`` imports
+    nothing of the engine's.
     """
 
     __slots__ = ("_clock", "_min", "_q", "_ring", "_threshold")

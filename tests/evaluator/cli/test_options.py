@@ -139,6 +139,7 @@ CASES = [
     (["simulator", "--host", "10.1.2.3"], "`host` must be a loopback address"),
     (["simulator", "--latency-ms", "-1"], "`latency_ms` must be zero or more, got -1.0"),
     (["simulator", "--window", "0"], "`window_s` must be positive, got 0.0"),
+    (["simulator", "--tail-share", "2"], "`tail_share` must be between 0 and 1, got 2.0"),
     (["simulator", "--slow-rate", "0.6", "--drop-rate", "0.6"], "the fault rates add up to 1.2"),
 ]  # fmt: skip
 
