@@ -375,7 +375,10 @@ class _Race(Generic[_R]):
         outcome, tracker = self.outcome, self.hedger.tracker
         outcome.hedged = True
         started = tracker.started()
-        replied, value = await call(permit)
+        try:
+            replied, value = await call(permit)
+        except Exception:  # a hedge's own failure never fails the call: the first goes on
+            replied, value = False, None
         if self.done or value is None:
             # Too late, or a failed hedge (the first copy goes on): it is the loser.
             outcome.loser = value
