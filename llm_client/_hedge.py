@@ -369,6 +369,8 @@ class _Race(Generic[_R]):
         admit: Callable[[], Permit | None],
     ) -> None:
         await anyio.sleep(delay)
+        if self.done:  # the first copy answered in the tick this one woke
+            return
         permit = self.hedger._may_send(admit)
         if permit is None:
             return

@@ -29,8 +29,16 @@ async def _warm(client: ModelClient, n: int = 20, latency_ms: float = 20.0) -> N
 
 
 def _others() -> set[asyncio.Task[Any]]:
+    """Tasks left in the loop but this test's and the simulator's own (its listening
+    socket accepts a hedge's new connection in a task of asyncio's)."""
     current = asyncio.current_task()
-    return {t for t in asyncio.all_tasks() if t is not current and not t.done()}
+    return {
+        t
+        for t in asyncio.all_tasks()
+        if t is not current
+        and not t.done()
+        and "_accept_connection" not in t.get_coro().__qualname__  # type: ignore[union-attr]
+    }
 
 
 class FakeClock:
@@ -115,18 +123,18 @@ class TestHedgedCalls:
             async with ModelClient(cfg) as client:
                 await client.complete(user("early"), extra_body={"sim_latency_ms": 400})
                 assert sim.statistics().requests == 1  # too few samples: no hedge
-                await _warm(client, 20, latency_ms=20)
+                await _warm(client, 19, latency_ms=50)  # 20 samples, none hedgeable yet
                 stats = client.statistics().hedging
                 assert stats is not None and stats.threshold_s is not None
-                assert stats.hedges_sent == 0
+                assert stats.hedges_sent == 0 and sim.statistics().requests == 20
                 fast = await client.complete(user("fast"), extra_body={"sim_latency_ms": 1})
                 assert fast.hedges == 0
-                assert sim.statistics().requests == 22
-                slow = await client.complete(user("slow"), extra_body={"sim_latency_ms": 300})
+                assert sim.statistics().requests == 21
+                slow = await client.complete(user("slow"), extra_body={"sim_latency_ms": 600})
                 assert slow.hedges == 1 and not slow.hedge_won  # both copies were slow
-                assert sim.statistics().requests == 24
+                assert sim.statistics().requests == 23
                 stats = client.statistics().hedging
-                assert stats is not None and stats.hedges_sent == 1 and stats.calls == 23
+                assert stats is not None and stats.hedges_sent == 1 and stats.calls == 22
 
     async def test_cancelled_loser_makes_the_cost_unmeasured(self, make_sim: Any) -> None:
         """A loser cancelled in flight may be billed: the call's cost is unmeasured with
@@ -134,8 +142,10 @@ class TestHedgedCalls:
         async with make_sim() as sim:
             cfg = config(sim, hedge=Hedge(quantile=0.9, max_extra=1.0), **PRICES)
             async with ModelClient(cfg) as client:
-                await _warm(client)
-                slow = await client.complete(user("slow"), extra_body={"sim_latency_ms": 300})
+                # Warm at 80 ms: the hedge leaves 80 ms after the first copy, so the two
+                # replies (both scripted slow) cannot come in one tick.
+                await _warm(client, latency_ms=80)
+                slow = await client.complete(user("slow"), extra_body={"sim_latency_ms": 400})
                 assert slow.hedges == 1
                 assert slow.cost_usd is None and slow.cost_note == CANCELLED_NOTE
                 stats = client.statistics().hedging
