@@ -25,6 +25,8 @@ from typing import Any
 
 import msgspec
 
+from llm_client import HedgeStatistics
+
 from ._results import ERROR_KINDS, Observation, Result, Usage
 from ._stats import percentiles
 
@@ -116,6 +118,8 @@ class ModelBudget(msgspec.Struct, frozen=True, kw_only=True):
     """ "start", "rate x latency", "adaptive (latency)" or "adaptive (429s)"."""
     in_flight_history: tuple[tuple[float, int], ...] = ()
     """(seconds since the model's client opened, limit) at its changes, thinned to a few."""
+    hedging: HedgeStatistics | None = None
+    """Hedged calls (the model's ``hedge``): copies sent and won, the extra calls and spend."""
 
     def describe(self) -> str:
         """``"64 → 124 in flight (lowest 64, highest 124, cap 1024: rate x latency),
@@ -126,7 +130,8 @@ class ModelBudget(msgspec.Struct, frozen=True, kw_only=True):
             rpm = "no rpm limit" if self.rpm is None else f"{self.rpm:g} rpm"
             tpm = "no tpm limit" if self.tpm is None else f"{self.tpm:g} tpm"
             limits = f"{rpm}, {tpm}"
-        return f"{self.describe_in_flight()}, {limits} ({self.source})"
+        hedged = "" if self.hedging is None else f"; {self.hedging.describe()}"
+        return f"{self.describe_in_flight()}, {limits} ({self.source}){hedged}"
 
     def describe_in_flight(self) -> str:
         """How the in-flight limit moved: ``"64 → 124 in flight (lowest 64, highest 124,

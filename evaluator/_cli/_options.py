@@ -321,6 +321,13 @@ def _add_model_arguments(models: Any) -> None:
     models.add_argument("--tpm", type=float, help="tokens per minute per model")
     models.add_argument("--price-input", type=float, help="USD per 1M input tokens (override)")
     models.add_argument("--price-output", type=float, help="USD per 1M output tokens (override)")
+    models.add_argument(
+        "--hedge",
+        type=float,
+        metavar="Q",
+        help="send a second copy of a --metric-model call that has waited past this quantile "
+        "of its recent latencies (0.95: the p95), within the rate budget (default: off)",
+    )
     _add_simulator_argument(models)
 
 
@@ -471,12 +478,14 @@ class ServingOptions:
     default_key_env: bool = False
     rpm: float | None = None
     tpm: float | None = None
+    hedge: float | None = None  # the metric model's (``ModelConfig.hedge``)
     simulator: SimulatorConfig | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, models: Sequence[ModelRequest]) -> Self:
         _positive(args.rpm, "rpm")
         _positive(args.tpm, "tpm")
+        _hedge_quantile(args.hedge, models)
         for request in models:
             _zero_or_more(request.price_input, "price_input")
             _zero_or_more(request.price_output, "price_output")
@@ -486,7 +495,23 @@ class ServingOptions:
             default_key_env=args.api_key_env is None,
             rpm=args.rpm,
             tpm=args.tpm,
+            hedge=args.hedge,
             simulator=_simulator_config(args.simulator),
+        )
+
+
+def _hedge_quantile(value: float | None, models: Sequence[ModelRequest]) -> None:
+    if value is None:
+        return
+    if not (math.isfinite(value) and 0.5 <= value < 1):
+        raise ConfigError(
+            f"must be a latency quantile, at least 0.5 and below 1 (0.95: the p95), got {value:g}",
+            option="hedge",
+            value=value,
+        )
+    if not any(request.role == "metric" for request in models):
+        raise ConfigError(
+            "needs --metric-model (it hedges the metric model's calls)", option="hedge"
         )
 
 
@@ -875,6 +900,7 @@ _RUN_MODEL_ONLY = (
     "tpm",
     "price_input",
     "price_output",
+    "hedge",
 )
 
 
@@ -1128,6 +1154,12 @@ class SimulatorOptions:
             p.add_argument(f"--{kind}-rate", type=float, default=0.0, help=f"share of {what}")
         p.add_argument("--slow-ms", type=float, default=5000.0, help="delay of a slow reply")
         p.add_argument(
+            "--tail-share", type=float, default=0.0, help="share of replies slowed (a heavy tail)"
+        )
+        p.add_argument(
+            "--tail-factor", type=float, default=10.0, help="how many times slower (default 10)"
+        )
+        p.add_argument(
             "--pass-rate", type=float, default=0.5, help="share of PASS for hashed judge verdicts"
         )
         p.add_argument(
@@ -1180,6 +1212,8 @@ class SimulatorOptions:
             tpm=args.tpm,
             window_s=args.window,
             slow_ms=args.slow_ms,
+            tail_share=args.tail_share,
+            tail_factor=args.tail_factor,
             pass_rate=args.pass_rate,
             models={name: ModelSettings(**kw) for name, kw in args.models},
             api_key=args.api_key,
