@@ -43,6 +43,7 @@ __all__ = [
     "budget_summary",
     "combine_clusters",
     "failure_rows",
+    "repeat_rows",
     "report_rows",
     "result_cost",
 ]
@@ -796,11 +797,12 @@ def _count_rows(report: Report) -> Rows:
     for name, named in report.scores.items():
         rows.append((f"  {name} (n={named.count:,})", f"{named.mean:.4f}"))
     if report.repeats is not None:
-        rows.extend(_repeat_rows(report.repeats))
+        rows.extend(repeat_rows(report.repeats))
     return rows
 
 
-def _repeat_rows(summary: RepeatSummary) -> Rows:
+def repeat_rows(summary: RepeatSummary) -> Rows:
+    """The rows of ``run --repeat``'s variance figures (``run``'s and ``report``'s)."""
     left = f", {summary.incomplete:,} with fewer left out" if summary.incomplete else ""
     rows: Rows = [
         ("repeats", f"{summary.repeats} per example ({summary.examples:,} with all{left})")

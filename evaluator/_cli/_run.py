@@ -217,6 +217,13 @@ def _results_file(options: RunOptions, plan: _Plan) -> Iterator[ResultsWriter | 
         _warn_all(resumed.notes)
         plan.done = resumed.done_ids
         plan.done_repeats = resumed.done_repeats
+        passes = 1 + max(resumed.done_repeats, default=0)
+        if passes > options.repeat:
+            _warn(
+                f"{path} holds results of {passes} repeats and this run has --repeat "
+                f"{options.repeat}: the extra repeats' results stay in the file and are "
+                f"counted in the report; give --repeat {passes} to resume them all"
+            )
         if resumed.results and not resumed.legacy and not resumed.forced:
             plan.checked_before = (
                 f"contract check skipped: {path}'s header says the metric, program, "

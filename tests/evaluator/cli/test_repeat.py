@@ -146,6 +146,20 @@ def test_resume_runs_only_the_missing_pairs(
     assert report["repeats"]["examples"] == N
 
 
+def test_resume_with_fewer_repeats_says_so(
+    files: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Resuming a 3-repeat file with --repeat 1 runs nothing new and warns that the
+    other repeats' results stay and count."""
+    assert main(_argv(files, "--repeat", str(K))) == 0
+    capsys.readouterr()
+    assert main(_argv(files, "--resume", "--json")) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["resumed"] == N * K
+    assert f"holds results of {K} repeats and this run has --repeat 1" in captured.err
+    assert len(_calls(files)) == N * K
+
+
 @pytest.mark.parametrize("value", ["0", "-2"])
 def test_repeat_below_one_is_refused(
     files: dict[str, Path], value: str, capsys: pytest.CaptureFixture[str]
@@ -183,8 +197,10 @@ def test_the_html_report_reads_a_repeated_file(
     """`skynet-eval report` reads K results per id (one per pass), not as duplicates;
     a second result for one (id, repeat) is still refused."""
     assert main(_argv(files, "--repeat", "2")) == 0
-    assert main(["report", str(files["out"]), "--no-html"]) == 0
     capsys.readouterr()
+    assert main(["report", str(files["out"]), "--no-html"]) == 0
+    text = capsys.readouterr().out  # the variance figures, as `run` prints them
+    assert "2 per example (6 with all)" in text and "examples whose score changed" in text
     with files["out"].open("a") as fh:
         fh.write(json.dumps({"example_id": "r1", "score": 0.5, "repeat": 1}) + "\n")
     assert main(["report", str(files["out"]), "--no-html"]) == 2
