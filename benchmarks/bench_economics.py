@@ -67,10 +67,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evaluator import (
-    Budget,
-    Example,
-)
+from evaluator import Budget, Example  # noqa: E402
 from evaluator._models import Models  # noqa: E402
 from evaluator._pipeline import Evaluator  # noqa: E402
 from evaluator._stats import percentile  # noqa: E402

@@ -660,6 +660,9 @@ class RunOptions:
     cache: str | None = None
     cache_key_files: tuple[str, ...] = ()
     budget: Budget | None = None
+    repeat: int = 1
+    """``--repeat K``: K passes over the examples (epochs); the report shows how far each
+    example's score varies across them."""
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -673,6 +676,14 @@ class RunOptions:
         )
         parser.add_argument(
             "--resume", action="store_true", help="skip the examples already in --output"
+        )
+        parser.add_argument(
+            "--repeat",
+            type=int,
+            default=1,
+            metavar="K",
+            help="run every example K times (epochs); the report shows each example's "
+            "score variance across the K passes (default 1)",
         )
         parser.add_argument(
             "--force",
@@ -730,6 +741,7 @@ class RunOptions:
                 "files instead of refusing them)",
                 option="force",
             )
+        _run_repeat(args)
         metric = str(_file(args.metric, "--metric"))
         data = DataOptions.from_args(args)
         output, notes = _run_output(args.output, resume=args.resume, metric=metric)
@@ -758,6 +770,23 @@ class RunOptions:
             cache=_cache_directory(args.cache),
             cache_key_files=_cache_key_files(args.cache_key_file, args.cache),
             budget=_budget(args),
+            repeat=args.repeat,
+        )
+
+
+def _run_repeat(args: argparse.Namespace) -> None:
+    """``--repeat K``: a whole number (as ``judges --repeat``), and not with ``--cache``,
+    whose hits would give every pass the first pass's result: K identical scores per
+    example, a variance of 0 that was never measured."""
+    from evaluator._judges._compare import MAX_REPEAT
+    from evaluator._judges._flags import _check_count
+
+    _check_count(args.repeat, "--repeat", MAX_REPEAT)
+    if args.repeat > 1 and args.cache is not None:
+        raise ConfigError(
+            f"--repeat {args.repeat} measures how an example's score varies from run to "
+            "run, and --cache would hand every repeat the first one's cached result (a "
+            "variance of 0 that was never measured): drop --cache, or use --repeat 1"
         )
 
 
