@@ -265,9 +265,15 @@ class ResultCache:
             paying = [k for k in self._inflight if k not in self._remote]
             self._sharing = True
             answer = await self._claim_many(list(paying))
-            if answer is not None:
-                mine = set(answer[1])
-                self._claimed.update(k for k in paying if k in mine and k in self._inflight)
+            if answer is None:
+                continue
+            for key in answer[1]:
+                if key in self._inflight:
+                    self._claimed.add(key)
+                else:  # stored or failed meanwhile: the row goes (a stored value wins anyway)
+                    self._releasing.append(key)
+            if self._releasing and self._wake is not None and not self._closing:
+                self._wake.set()
 
     async def __aexit__(self, *exc_info: object) -> None:
         await shielded(self._close())
