@@ -139,6 +139,19 @@ class DiskStore:
         except _Unusable as bad:
             raise _unusable_directory(directory, bad.reason) from None
 
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction (taking SQLite's write lock at once), rolled back on error."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+
     def get_many(self, keys: Sequence[bytes]) -> dict[bytes, bytes]:
         """The stored values of those ``keys`` that are in the cache."""
         return self._select(keys)
@@ -179,9 +192,7 @@ class DiskStore:
         rest are another owner's, live). ``share``: ``owner`` leaves ``solo`` (it claims
         from now on; ``claims`` holds the keys it was paying for unclaimed)."""
         now = time.time()
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction() as conn:
             for verb, batch in (("IGNORE", items), ("REPLACE", replacing)):
                 if batch:
                     conn.executemany(
@@ -195,7 +206,6 @@ class DiskStore:
             if share:
                 conn.execute("DELETE FROM solo WHERE owner = ?", (owner,))
             if not claims:
-                conn.execute("COMMIT")
                 return {}, []
             keys = claims
             conn.execute("INSERT OR REPLACE INTO owners VALUES (?, ?)", (owner, now + lease))
@@ -215,11 +225,6 @@ class DiskStore:
                     f"SELECT key FROM claims WHERE owner = ? AND key IN ({marks})", (owner, *part)
                 )
                 mine.update(row[0] for row in rows)
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
         return found, [k for k in rest if k in mine]
 
     def poll(self, keys: Sequence[bytes]) -> tuple[dict[bytes, bytes], set[bytes]]:
@@ -245,9 +250,7 @@ class DiskStore:
         without a live owner; whether another live owner is registered (if not, ``owner``
         is solo: it claims nothing until it sees one, :meth:`others`)."""
         now = time.time()
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction() as conn:
             conn.execute("DELETE FROM owners WHERE expires < ?", (now,))
             for table in ("claims", "solo"):
                 conn.execute(f"DELETE FROM {table} WHERE owner NOT IN (SELECT owner FROM owners)")
@@ -257,11 +260,6 @@ class DiskStore:
             conn.execute("INSERT OR REPLACE INTO owners VALUES (?, ?)", (owner, now + lease))
             if not others:
                 conn.execute("INSERT OR REPLACE INTO solo VALUES (?)", (owner,))
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
         return bool(others)
 
     def others(self, owner: str) -> bool:
@@ -283,9 +281,7 @@ class DiskStore:
     def renew(self, owner: str, lease: float, solo: bool = False) -> None:
         """Extend ``owner``'s lease (every claim it holds) by ``lease`` seconds from now;
         its rows come back (``solo``: as a solo owner) if ``cache clear`` dropped them."""
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction() as conn:
             conn.execute(
                 "INSERT INTO owners VALUES (?, ?) ON CONFLICT (owner) DO UPDATE SET expires = "
                 "excluded.expires",
@@ -293,24 +289,12 @@ class DiskStore:
             )
             if solo:
                 conn.execute("INSERT OR IGNORE INTO solo VALUES (?)", (owner,))
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
 
     def release(self, owner: str) -> None:
         """End ``owner``'s claims and lease (it closes): others take its keys over now."""
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction() as conn:
             for table in ("claims", "solo", "owners"):
                 conn.execute(f"DELETE FROM {table} WHERE owner = ?", (owner,))
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
 
     def stats(self) -> DiskStats:
         count, oldest, newest = self._conn.execute(
@@ -332,17 +316,10 @@ class DiskStore:
     def clear(self) -> int:
         """Delete every entry, claim and owner (a crashed run's rows too; a live run's
         lease comes back at its next renewal) and give the space back; the entries deleted."""
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction() as conn:
             (count,) = conn.execute("SELECT count(*) FROM results").fetchone()
             for table in ("results", "claims", "owners", "solo"):
                 conn.execute(f"DELETE FROM {table}")
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
         # Giving the space back needs the file to itself: with a run reading it now, the
         # entries are gone all the same and the space is reused by the next entries.
         conn.execute("PRAGMA busy_timeout = 1000")
