@@ -760,18 +760,26 @@ class RunOptions:
             report=_report_file(args.report, output, inputs),
             timeout=timeout,
             program_timeout=program_timeout,
-            workers=args.workers,
-            concurrency=args.concurrency,
-            execution=args.execution,
-            program_execution=args.program_execution,
-            ray_address=validate_ray_address(args.ray_address),
-            serving=ServingOptions.from_args(args, _run_models(args)),
-            json=args.json,
-            cache=_cache_directory(args.cache),
-            cache_key_files=_cache_key_files(args.cache_key_file, args.cache),
+            **engine_fields(args),
             budget=_budget(args),
             repeat=args.repeat,
         )
+
+
+def engine_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The engine's fields of an options struct, read the same way for every command that
+    runs one (``run``, ``race``): its workers, executors, models and cache."""
+    return {
+        "workers": args.workers,
+        "concurrency": args.concurrency,
+        "execution": args.execution,
+        "program_execution": args.program_execution,
+        "ray_address": validate_ray_address(args.ray_address),
+        "serving": ServingOptions.from_args(args, _run_models(args)),
+        "json": args.json,
+        "cache": _cache_directory(args.cache),
+        "cache_key_files": _cache_key_files(args.cache_key_file, args.cache),
+    }
 
 
 def _run_repeat(args: argparse.Namespace) -> None:
