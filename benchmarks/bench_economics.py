@@ -4,8 +4,8 @@
     python benchmarks/bench_economics.py --only race,budget    # some sections
     python benchmarks/bench_economics.py --smoke               # CI: small sizes, seconds
 
-Sections (one function each, ``bench_<name>``, in the issue's order: race, budget, dedup;
-the hedging section goes after dedup):
+Sections (one function each, ``bench_<name>``, in the issue's order: race, budget, dedup,
+hedge):
 
 - **race**: a race between candidates. 8 candidates whose true pass rates are known:
   0.70 (the best, by 0.05), 0.65, 0.60, 0.60, 0.55, 0.55, 0.50, 0.50. The program passes
@@ -36,6 +36,15 @@ the hedging section goes after dedup):
   each against one simulator (program and judge calls over HTTP, 100 ms each). Goal:
   the server's requests equal the distinct keys (two calls per example), printed as
   requests / (distinct keys x 2): 1.00 is the goal, 4.00 (or 2.00) is paying for each.
+- **hedge**: hedged judge calls against a heavy tail. The judge metric
+  (``examples/metrics/judge.py``, one model call per example) scores minibatches of three
+  examples through ``Evaluator.evaluate_many``, 8 optimizer loops at once, 100 minibatches
+  each (smoke: 4 x 25); the simulator answers in 40-50 ms and slows a seeded 5% of its
+  replies 10x. Unhedged, then ``hedge=Q`` on the metric model (a second copy past the Q
+  quantile of recent latencies, at most 10% extra calls, within the rate budget) for
+  Q = 0.95 and 0.9. Goals: the p99 of a minibatch at most 0.5 of unhedged, at most 10%
+  extra calls; a losing copy that replied is metered, one cancelled in flight makes the
+  call's cost unmeasured (a provider may bill a cancelled request).
 """
 
 from __future__ import annotations
@@ -58,10 +67,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evaluator import Budget  # noqa: E402
+from evaluator import Budget, Example  # noqa: E402
 from evaluator._models import Models  # noqa: E402
 from evaluator._pipeline import Evaluator  # noqa: E402
-from llm_client import ModelConfig, Simulator, SimulatorConfig  # noqa: E402
+from evaluator._stats import percentile  # noqa: E402
+from llm_client import Hedge, HedgeStatistics, ModelConfig, Simulator, SimulatorConfig  # noqa: E402
 
 PROGRAM = """
 from skynet import llm
@@ -309,8 +319,109 @@ async def bench_dedup(folder: Path, smoke: bool) -> bool:
     return True
 
 
-# -- hedging: hedged judge calls for the tail (issue 28, item 4) goes here, as
-#    ``bench_hedge(folder, smoke) -> bool``, and into SECTIONS after dedup.
+# -- hedging: hedged judge calls for the tail (issue 28, item 4)
+
+HEDGE_JUDGE = ROOT / "examples" / "metrics" / "judge.py"
+
+
+def _hedge_minibatch(loop: int, step: int) -> list[Example]:
+    return [
+        Example(id=f"l{loop}s{step}e{i}", input={"question": f"q{loop}.{step}.{i}"}, output=str(i))
+        for i in range(3)
+    ]
+
+
+async def _hedge_run(hedge: Hedge | None, loops: int, steps: int) -> dict[str, object]:
+    sim_config = SimulatorConfig(latency_ms=40, jitter_ms=10, tail_share=0.05, tail_factor=10)
+    async with Simulator(sim_config) as sim:
+        config = ModelConfig(
+            model="judge-1",
+            base_url=sim.base_url,
+            api_key_env=None,
+            price_input=0.15,
+            price_output=0.6,
+            hedge=hedge,
+        )
+        async with Evaluator(HEDGE_JUDGE, models=Models(metric=config)) as ev:
+            times: list[float] = []
+            errors = 0
+
+            async def optimizer(loop: int, timed: bool, first: int, last: int) -> None:
+                nonlocal errors
+                for step in range(first, last):
+                    started = time.perf_counter()
+                    results = await ev.evaluate_many(None, _hedge_minibatch(loop, step))
+                    if timed:
+                        times.append(time.perf_counter() - started)
+                    errors += sum(r.error is not None for r in results)
+
+            async with asyncio.TaskGroup() as tg:  # warm-up: one minibatch per loop
+                for loop in range(loops):
+                    tg.create_task(optimizer(loop, False, 0, 1))
+            served_before = sim.statistics().requests
+            async with asyncio.TaskGroup() as tg:
+                for loop in range(loops):
+                    tg.create_task(optimizer(loop, True, 1, 1 + steps))
+            stats = ev.statistics()
+            (budget,) = stats.model_budgets
+            return {
+                "times": times,
+                "errors": errors,
+                "requests": sim.statistics().requests - served_before,
+                "hedging": budget.hedging,
+                "row": budget.describe(),
+                "cost": stats.models.judge_cost_usd,
+            }
+
+
+def _hedge_report(name: str, plain: dict[str, object], hedged: dict[str, object]) -> int:
+    times_plain, times_hedged = plain["times"], hedged["times"]
+    assert isinstance(times_plain, list) and isinstance(times_hedged, list)
+    print(f"-- {name}")
+    for q, label in ((0.5, "p50"), (0.99, "p99")):
+        a, b = percentile(times_plain, q), percentile(times_hedged, q)
+        assert a is not None and b is not None
+        target = " (target <= 0.5)" if label == "p99" else ""
+        print(
+            f"minibatch {label}: unhedged {a * 1000:7.1f} ms, hedged {b * 1000:7.1f} ms, "
+            f"ratio {b / a:.2f}{target}"
+        )
+    h = hedged["hedging"]
+    if not isinstance(h, HedgeStatistics):
+        print("hedging statistics missing")
+        return 1
+    print(
+        f"extra calls: {h.hedges_sent} hedges over {h.calls} calls, ratio "
+        f"{h.extra_calls:.3f} (target <= 0.10); won {h.hedges_won}, refused {h.refused}, "
+        f"held back by max_extra {h.capped}"
+    )
+    print(f"server requests: unhedged {plain['requests']}, hedged {hedged['requests']}")
+    print(f"judge cost (USD): unhedged {plain['cost']}, hedged {hedged['cost']}")
+    print(f"report row: model budget: {hedged['row']}")
+    return int(hedged["errors"])  # type: ignore[call-overload]
+
+
+async def _hedge_bench(loops: int, steps: int) -> int:
+    plain = await _hedge_run(None, loops, steps)
+    print(
+        f"{len(plain['times'])} timed minibatches of 3 examples per run "  # type: ignore[arg-type]
+        f"({loops} loops x {steps}), 5% of replies slowed 10x"
+    )
+    problems = int(plain["errors"])  # type: ignore[call-overload]
+    for q in (0.95, 0.9):
+        hedged = await _hedge_run(Hedge(quantile=q, max_extra=0.1), loops, steps)
+        problems += _hedge_report(f"hedge={q:g} (max_extra=0.1)", plain, hedged)
+    print(f"errors: {problems}")
+    return 1 if problems else 0
+
+
+async def bench_hedge(folder: Path, smoke: bool) -> bool:
+    """Hedged judge calls for the tail (the goals: p99 of a 3-example minibatch at most
+    0.5 of unhedged, at most 10% extra calls)."""
+    del folder  # the judge is the shipped one
+    loops, steps = (4, 25) if smoke else (8, 100)
+    return await _hedge_bench(loops, steps) == 0
+
 
 # Each section writes its files into its own folder, prints its figures and returns
 # whether the checks it makes held (the exit status is 1 when one did not).
@@ -318,6 +429,7 @@ SECTIONS: dict[str, Callable[[Path, bool], Awaitable[bool]]] = {
     "race": bench_race,
     "budget": bench_budget,
     "dedup": bench_dedup,
+    "hedge": bench_hedge,
 }
 
 
