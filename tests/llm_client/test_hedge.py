@@ -19,7 +19,7 @@ from tests._helpers import until
 
 from .conftest import config, user
 
-PRICES = {"price_input": 1.0, "price_output": 2.0}
+PRICES: dict[str, Any] = {"price_input": 1.0, "price_output": 2.0}
 
 
 async def _warm(client: ModelClient, n: int = 20, latency_ms: float = 20.0) -> None:
