@@ -30,9 +30,9 @@ from typing import Any
 
 import msgspec
 
+from ._call._results import example_key
 from ._datafile import csv_rows, json_rows, jsonl_rows, too_deep, too_deep_problem
 from ._exceptions import ConfigError, DatasetError
-from ._results import example_key
 
 __all__ = [
     "NO_OUTPUT",
@@ -189,7 +189,7 @@ class _Unique:
     an explicit one (row 3 has no id and is given ``2``; another row says ``"id": 2``):
     the message then says so and how to avoid it, rather than name an id the file never
     wrote. ``"2"`` and ``2`` are different ids (JSON keeps them apart; so does the
-    results file: both match ids by :func:`evaluator._results.example_key`).
+    results file: both match ids by :func:`evaluator._call._results.example_key`).
     """
 
     def __init__(self) -> None:

@@ -47,12 +47,14 @@ from typing import Any, Self
 
 import msgspec
 
-from . import _failures as failures
 from ._background import BackgroundEngine
 from ._cache import KeyMaker, depends_on_measurements
-from ._context import CallContext, call_context
-from ._contract import short_repr, validate_return
-from ._copy import private_copy
+from ._call import _failures as failures
+from ._call._context import CallContext, call_context
+from ._call._contract import short_repr, validate_return
+from ._call._copy import private_copy
+from ._call._loader import UserFunction, _arity, load_metric
+from ._call._results import Observation, Scored, Usage
 from ._dataset import Example
 from ._exceptions import (
     STEP_RUNS,
@@ -63,9 +65,7 @@ from ._exceptions import (
     NoModelError,
 )
 from ._lm import check_keys, resolve_models, simulator_config
-from ._loader import UserFunction, _arity, load_metric
 from ._models import Models
-from ._results import Observation, Scored, Usage
 
 __all__ = ["DSPyMetric", "DSPyMetricStatistics", "to_dspy_metric"]
 

@@ -47,13 +47,13 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 import anyio
 import anyio.from_thread
 
-from ._copy import private_copy
+from ._call._copy import private_copy
+from ._call._loader import UserFunction
+from ._call._results import Result
 from ._dataset import NO_OUTPUT, Example, examples_from_rows
 from ._exceptions import ConfigError
 from ._lm import check_keys, resolve_models, served, simulator_config
-from ._loader import UserFunction
 from ._reflection import from_program, reflection_feedback
-from ._results import Result
 
 if TYPE_CHECKING:
     from gepa.core.adapter import EvaluationBatch, ProposalFn

@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from ._results import ERROR_KINDS, Observation, Result, Usage
+from ._call._results import ERROR_KINDS, Observation, Result, Usage
 from ._stats import percentiles
 
 __all__ = [

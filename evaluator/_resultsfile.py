@@ -25,7 +25,7 @@ another writer's line in the making):
   line.
 
 Reading counts each example once (ids matched by
-:func:`evaluator._results.example_key`): the first result of an id wins, later ones are
+:func:`evaluator._call._results.example_key`): the first result of an id wins, later ones are
 *duplicates* (two runs that wrote one file); with the dataset's ids given, results for
 other ids are *foreign* (another dataset's file). Both are left in the file, never
 counted, and reported by number.
@@ -42,9 +42,9 @@ from typing import IO, Any
 
 import msgspec
 
+from ._call._results import Result, example_key
 from ._exceptions import NotAResultsFile, ResultsFileError
 from ._fingerprint import FORMAT_VERSION, HEADER_KEY, ResultsHeader
-from ._results import Result, example_key
 
 __all__ = [
     "Reader",

@@ -52,8 +52,8 @@ from typing import Any
 import msgspec
 
 from .._aio import shielded
+from .._call._results import Result
 from .._dataset import Example
-from .._results import Result
 from ._disk import FILE_NAME, CacheWarning, DiskStore
 from ._key import CACHE_FORMAT, KeyMaker
 

@@ -42,7 +42,7 @@ from .._agreement import (
     stable_share,
     within_std,
 )
-from .._results import Result
+from .._call._results import Result
 from .._stats import bootstrap_ci, percentile
 
 __all__ = [

@@ -19,8 +19,8 @@ from typing import Any
 
 import msgspec
 
+from .._call._results import ERROR_KINDS, Result
 from .._report import ReportBuilder
-from .._results import ERROR_KINDS, Result
 from .._stats import percentiles
 
 __all__ = [

@@ -840,7 +840,7 @@ class TestAKeyErrorOnExpected:
     def test_a_key_expected_has_adds_nothing(self) -> None:
         """A KeyError for a key `expected` has (raised elsewhere) gets no such note;
         an example without expected values says so."""
-        from evaluator import _failures
+        from evaluator._call import _failures
 
         assert _failures._expected_keys(KeyError("answer"), {"answer": 1}) == ""
         assert "is None" in _failures._expected_keys(KeyError("answer"), None)
