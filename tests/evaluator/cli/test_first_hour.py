@@ -184,7 +184,6 @@ _PRINTERS = {
     ROOT / "evaluator" / "_models.py": ("run", "check"),
     ROOT / "evaluator" / "_dataset.py": ("run", "check", "judges", "report"),
     ROOT / "evaluator" / "_store.py": ("run",),
-    ROOT / "evaluator" / "_plot.py": ("judges",),
     ROOT / "evaluator" / "_report_html" / "_command.py": ("report",),
     ROOT / "evaluator" / "_report_html" / "_load.py": ("report",),
     **{path: ("judges",) for path in (ROOT / "evaluator" / "_judges").glob("*.py")},
