@@ -33,8 +33,8 @@ if typing.TYPE_CHECKING:
     from ._check import CheckStep as CheckStep
     from ._check import ContractReport as ContractReport
     from ._check import check_contract as check_contract
-    from ._dataset import Example as Example
-    from ._dataset import load_examples as load_examples
+    from ._data._dataset import Example as Example
+    from ._data._dataset import load_examples as load_examples
     from ._exceptions import ConfigError as ConfigError
     from ._exceptions import ContractError as ContractError
     from ._exceptions import DatasetError as DatasetError
@@ -91,8 +91,8 @@ _WHERE = {
     "ContractReport": "._check",
     "check_contract": "._check",
     "validate_return": "._call._contract",
-    "Example": "._dataset",
-    "load_examples": "._dataset",
+    "Example": "._data._dataset",
+    "load_examples": "._data._dataset",
     "ConfigError": "._exceptions",
     "ContractError": "._exceptions",
     "DatasetError": "._exceptions",

@@ -21,7 +21,7 @@ import msgspec
 
 from ._call._loader import UserFunction, load_metric, load_program
 from ._call._results import Result
-from ._dataset import Example, examples_from_rows
+from ._data._dataset import Example, examples_from_rows
 from ._exceptions import (
     STEP_FILE,
     STEP_PROGRAM_FILE,

@@ -53,7 +53,7 @@ import msgspec
 
 from .._aio import shielded
 from .._call._results import Result
-from .._dataset import Example
+from .._data._dataset import Example
 from ._disk import FILE_NAME, CacheWarning, DiskStore
 from ._key import CACHE_FORMAT, KeyMaker
 

@@ -43,7 +43,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from .._call._loader import UserFunction
-from .._dataset import Example
+from .._data._dataset import Example
 from .._exceptions import ConfigError
 from .._fingerprint import files_print, read_by, reads_since
 from .._models import Models

@@ -24,7 +24,7 @@ from llm_client import ModelConfig
 
 from .._call._loader import UserFunction, load_metric
 from .._call._results import Result
-from .._dataset import Example, examples_from_rows
+from .._data._dataset import Example, examples_from_rows
 from .._exceptions import ConfigError
 from ._agreement import pareto_front
 from ._projection import project as _project

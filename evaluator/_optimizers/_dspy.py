@@ -54,7 +54,7 @@ from .._call._contract import short_repr, validate_return
 from .._call._copy import private_copy
 from .._call._loader import UserFunction, _arity, load_metric
 from .._call._results import Observation, Scored, Usage
-from .._dataset import Example
+from .._data._dataset import Example
 from .._exceptions import (
     STEP_RUNS,
     ConfigError,

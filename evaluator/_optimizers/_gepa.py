@@ -50,7 +50,7 @@ import anyio.from_thread
 from .._call._copy import private_copy
 from .._call._loader import UserFunction
 from .._call._results import Result
-from .._dataset import NO_OUTPUT, Example, examples_from_rows
+from .._data._dataset import NO_OUTPUT, Example, examples_from_rows
 from .._exceptions import ConfigError
 from .._lm import check_keys, resolve_models, served, simulator_config
 from ._reflection import from_program, reflection_feedback

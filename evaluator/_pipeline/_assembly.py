@@ -26,7 +26,7 @@ from .._call import _failures as failures
 from .._call._calls import Outcome, RunCall, ScoreCall
 from .._call._context import Stage
 from .._call._results import Observation, Result, Usage
-from .._dataset import NO_OUTPUT, Example
+from .._data._dataset import NO_OUTPUT, Example
 from .._models import Meter
 
 __all__ = [

@@ -32,7 +32,7 @@ from .._call._context import Stage
 from .._call._kinds import refusal
 from .._call._loader import UserFunction, load_metric, load_program
 from .._call._results import Result
-from .._dataset import examples_from_rows
+from .._data._dataset import examples_from_rows
 from .._exceptions import ConfigError
 from .._executors._async import AsyncExecutorStatistics
 from .._executors._base import Executor, ExecutorOptions

@@ -47,7 +47,7 @@ from .._aio import shielded, unwrap_group
 from .._cache import ResultCache
 from .._call._calls import Outcome
 from .._call._results import Result
-from .._dataset import Example, _row_to_example, check_unique_ids
+from .._data._dataset import Example, _row_to_example, check_unique_ids
 from .._executors._base import Executor
 from .._models import ModelRouter
 from .._telemetry import Telemetry

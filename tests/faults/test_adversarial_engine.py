@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from evaluator._call._results import Result
-from evaluator._dataset import Example
+from evaluator._data._dataset import Example
 from evaluator._pipeline import Evaluator
 from tests._helpers import PROCESS, write
 

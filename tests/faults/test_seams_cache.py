@@ -35,7 +35,7 @@ from evaluator._cache._cache import seal
 from evaluator._call._loader import load_metric
 from evaluator._call._results import Observation, Result
 from evaluator._cli import main
-from evaluator._dataset import Example
+from evaluator._data._dataset import Example
 from evaluator._fingerprint import HEADER_KEY
 from evaluator._models import Models
 from evaluator._pipeline import Evaluator

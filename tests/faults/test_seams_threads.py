@@ -34,7 +34,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evaluator import Evaluator, Models
-from evaluator._dataset import Example
+from evaluator._data._dataset import Example
 from evaluator._sdk import _audit
 from evaluator._sdk._environ import PLACEHOLDER, simulated
 from llm_client import Simulator, SimulatorConfig

@@ -13,7 +13,7 @@ import pytest
 from evaluator._cache import KeyMaker, ResultCache, depends_on_measurements
 from evaluator._call._loader import load_metric
 from evaluator._call._results import Result
-from evaluator._dataset import Example
+from evaluator._data._dataset import Example
 from evaluator._models import Models
 from evaluator._pipeline import Evaluator
 

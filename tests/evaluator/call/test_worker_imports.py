@@ -14,8 +14,9 @@ import sys
 ALLOWED = {
     "evaluator",
     "evaluator._call",
-    "evaluator._datafile",
-    "evaluator._dataset",
+    "evaluator._data",
+    "evaluator._data._datafile",
+    "evaluator._data._dataset",
     "evaluator._exceptions",
     "evaluator._fingerprint",
     "evaluator._executors",

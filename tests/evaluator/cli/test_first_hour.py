@@ -182,7 +182,7 @@ _PRINTERS = {
     _CLI / "_serving.py": ("run", "check"),
     _CLI / "_config.py": ("run", "check", "judges"),
     ROOT / "evaluator" / "_models.py": ("run", "check"),
-    ROOT / "evaluator" / "_dataset.py": ("run", "check", "judges", "report"),
+    ROOT / "evaluator" / "_data" / "_dataset.py": ("run", "check", "judges", "report"),
     ROOT / "evaluator" / "_store.py": ("run",),
     ROOT / "evaluator" / "_report_html" / "_command.py": ("report",),
     ROOT / "evaluator" / "_report_html" / "_load.py": ("report",),
@@ -1013,7 +1013,7 @@ class TestTheFirstHour:
         import subprocess
         import sys
 
-        from evaluator._dataset import Selection, load_examples
+        from evaluator._data._dataset import Selection, load_examples
 
         picked = [e for e in Selection(sample=10, seed=1).select(lambda: load_examples(JUDGE_DATA))]
         failing = picked[3]  # one of the sampled rows fails, past the 3-example check

@@ -6,7 +6,7 @@ import gc
 
 from evaluator._call._calls import Outcome, RunCall, ScoreCall
 from evaluator._call._results import ErrorInfo, Observation, Scored
-from evaluator._dataset import NO_OUTPUT, Example
+from evaluator._data._dataset import NO_OUTPUT, Example
 from evaluator._models import Meter
 from evaluator._pipeline import _assembly as assembly
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from evaluator._call._loader import load_metric
-from evaluator._dataset import Example
+from evaluator._data._dataset import Example
 from evaluator._exceptions import ConfigError, DatasetError
 from evaluator._pipeline import Evaluator, choose_execution
 from tests._helpers import PROCESS, write

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from evaluator._call._loader import UserFunction, load_metric
-from evaluator._dataset import Example
+from evaluator._data._dataset import Example
 from evaluator._executors._base import ExecutorOptions
 from evaluator._executors._factory import open_executor
 from evaluator._models import ModelRouter
