@@ -8,6 +8,19 @@ costs little (it imports only ``_fingerprint``, whose audit hook notes the files
 code reads, for the result cache's key), and a worker process, which imports a few of
 the engine's modules, never runs the whole engine's imports. Type checkers read the
 explicit re-exports below.
+
+Layout (sub-packages; docs/architecture.md lists the flat modules too):
+
+- ``_call/``: the call layer, one user call in every executor; all a worker imports
+- ``_data/``: the dataset files read into rows, and rows into ``Example`` values
+- ``_executors/``: where user calls run: async, thread, inline, process, ray
+- ``_pipeline/``: the ``Evaluator``, the flow that feeds the executors, result assembly
+- ``_cache/``: the result cache: the key, the memory and the disk tiers
+- ``_sdk/``: the user's own model SDKs, routed through the engine's model client
+- ``_judges/``: ``skynet-eval judges``: judge comparison, agreement, the plot
+- ``_optimizers/``: the GEPA and DSPy adapters behind ``evaluator.gepa`` and ``.dspy``
+- ``_report_html/``: ``skynet-eval report``: the HTML page, run-to-run comparison
+- ``_cli/``: the command line
 """
 
 import importlib
