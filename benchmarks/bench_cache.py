@@ -2,6 +2,7 @@
 
     python benchmarks/bench_cache.py            # full sizes; ratios from one run
     python benchmarks/bench_cache.py --smoke    # CI: small sizes, a few seconds
+    python benchmarks/bench_cache.py --only cold  # some sections (gepa, lookups, cold)
 
 1. GEPA: the shipped example (``examples/gepa/optimize.py``: its program, data, seed,
    reflection and budget) with a metric that also asks a judge model for its opinion
@@ -205,6 +206,7 @@ async def _cold_run(
 
 async def bench_cold(folder: Path, smoke: bool) -> None:
     metric = folder / "exact.py"
+    metric.write_text(EXACT)
     program = folder / "llm_program.py"
     program.write_text(LLM_PROGRAM)
     n_model, n_cpu = (300, 20_000) if smoke else (2000, 200_000)
@@ -254,13 +256,26 @@ async def _compare(name: str, n: int, run: Any, folder: Path, turns: int) -> Non
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="small sizes, for CI")
+    parser.add_argument(
+        "--only", metavar="SECTIONS", help="comma-separated sections: gepa, lookups, cold"
+    )
     args = parser.parse_args(argv)
+    sections = ("gepa", "lookups", "cold")
+    names = list(sections) if args.only is None else [s.strip() for s in args.only.split(",")]
+    unknown = [n for n in names if n not in sections]
+    if unknown:
+        parser.error(
+            f"--only: no section {', '.join(unknown)}; the sections: {', '.join(sections)}"
+        )
     warnings.simplefilter("error")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        bench_gepa(folder, args.smoke)
-        asyncio.run(bench_lookups(folder, args.smoke))
-        asyncio.run(bench_cold(folder, args.smoke))
+        if "gepa" in names:
+            bench_gepa(folder, args.smoke)
+        if "lookups" in names:
+            asyncio.run(bench_lookups(folder, args.smoke))
+        if "cold" in names:
+            asyncio.run(bench_cold(folder, args.smoke))
     return 0
 
 

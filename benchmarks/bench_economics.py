@@ -1,10 +1,34 @@
 """Spending less per decision (issue 28): one section per promise, figures from one run.
 
-    python benchmarks/bench_economics.py                 # every section, full sizes
-    python benchmarks/bench_economics.py --only dedup    # one section (comma-separated)
-    python benchmarks/bench_economics.py --smoke         # CI: small sizes, a few seconds
+    python benchmarks/bench_economics.py                       # every section, full sizes
+    python benchmarks/bench_economics.py --only race,budget    # some sections
+    python benchmarks/bench_economics.py --smoke               # CI: small sizes, seconds
 
-Sections (one function each, ``bench_<name>``):
+Sections (one function each, ``bench_<name>``, in the issue's order: race, budget, dedup,
+hedge):
+
+- **race**: a race between candidates. 8 candidates whose true pass rates are known:
+  0.70 (the best, by 0.05), 0.65, 0.60, 0.60, 0.55, 0.55, 0.50, 0.50. The program passes
+  an example when the example's difficulty (uniform, the same for every candidate: a
+  paired design, as real examples are) is below the candidate's threshold, and its
+  verdict is flipped with probability 0.05 (set per candidate and example), the threshold
+  chosen so that the pass rate is exactly the candidate's. The metric scores the verdict
+  1 or 0 (inline, no model). Each seed draws new difficulties and flips and runs
+  ``Evaluator.race`` at 95%; 20 seeds of 1,000 examples (smoke: 3 of 300). Goals: the
+  correct winner, or a reported tie that includes it, in at least 95% of the seeds; at
+  most 30% of the calls (evaluations: a program and a metric call each) of scoring every
+  candidate on every example.
+- **budget**: a dollar budget that runs out mid-run is never overrun. An async judge
+  metric (``skynet.allm`` to the simulator, 5-15 ms a reply, priced at $0.50 per million
+  tokens in and out) keeps 64 model calls in flight over 2,000 examples (smoke: 1,000),
+  under ``Budget(usd=0.01)``, which runs out part way (64 worst cases fit in it at once),
+  20 runs (smoke: 3). Each run checks: what the simulator served, at the model's price
+  (the independent side of the books), is at most the budget; the engine's own ledger
+  agrees; every example has exactly one result, scored or ``budget_exhausted``. Goals:
+  spent at most the budget in 20 of 20 runs, every example one result (the exit status
+  is 1 otherwise). Also printed: how much of the budget was used (the reservations are
+  worst cases, so the last calls that would have fitted in reality may not be sent) and
+  the calls sent.
 
 - **dedup**: one payment per identical call. Four ``evaluate_many`` at once on one
   Evaluator (memory cache) over the same examples and artifact, then two
@@ -12,6 +36,15 @@ Sections (one function each, ``bench_<name>``):
   each against one simulator (program and judge calls over HTTP, 100 ms each). Goal:
   the server's requests equal the distinct keys (two calls per example), printed as
   requests / (distinct keys x 2): 1.00 is the goal, 4.00 (or 2.00) is paying for each.
+- **hedge**: hedged judge calls against a heavy tail. The judge metric
+  (``examples/metrics/judge.py``, one model call per example) scores minibatches of three
+  examples through ``Evaluator.evaluate_many``, 8 optimizer loops at once, 100 minibatches
+  each (smoke: 4 x 25); the simulator answers in 40-50 ms and slows a seeded 5% of its
+  replies 10x. Unhedged, then ``hedge=Q`` on the metric model (a second copy past the Q
+  quantile of recent latencies, at most 10% extra calls, within the rate budget) for
+  Q = 0.95 and 0.9. Goals: the p99 of a minibatch at most 0.5 of unhedged, at most 10%
+  extra calls; a losing copy that replied is metered, one cancelled in flight makes the
+  call's cost unmeasured (a provider may bill a cancelled request).
 """
 
 from __future__ import annotations
@@ -20,6 +53,8 @@ import argparse
 import asyncio
 import json
 import os
+import random
+import statistics
 import sys
 import tempfile
 import textwrap
@@ -32,9 +67,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from evaluator import Budget, Example  # noqa: E402
 from evaluator._models import Models  # noqa: E402
 from evaluator._pipeline import Evaluator  # noqa: E402
-from llm_client import ModelConfig, Simulator, SimulatorConfig  # noqa: E402
+from evaluator._stats import percentile  # noqa: E402
+from llm_client import Hedge, HedgeStatistics, ModelConfig, Simulator, SimulatorConfig  # noqa: E402
 
 PROGRAM = """
 from skynet import llm
@@ -56,23 +93,170 @@ def _rows(n: int) -> list[dict[str, Any]]:
     return [{"id": f"e{i}", "input": {"q": f"question {i}"}} for i in range(n)]
 
 
-def _simulator() -> Simulator:
-    return Simulator(SimulatorConfig(latency_ms=100, jitter_ms=20))
+def _simulator(latency_ms: float = 100, jitter_ms: float = 20, seed: int = 0) -> Simulator:
+    return Simulator(SimulatorConfig(latency_ms=latency_ms, jitter_ms=jitter_ms, seed=seed))
+
+
+def _model(sim: Simulator, name: str, price: float | None = None) -> ModelConfig:
+    """A model on ``sim``, priced at ``price`` USD per million tokens in and out."""
+    return ModelConfig(
+        model=name,
+        base_url=sim.base_url,
+        api_key_env=None,
+        price_input=price,
+        price_output=price,
+    )
 
 
 def _models(sim: Simulator) -> Models:
-    def config(name: str) -> ModelConfig:
-        return ModelConfig(model=name, base_url=sim.base_url, api_key_env=None)
-
-    return Models(program=config("sim-program"), metric=config("sim-judge"))
+    return Models(program=_model(sim, "sim-program"), metric=_model(sim, "sim-judge"))
 
 
-async def bench_dedup(folder: Path, smoke: bool) -> None:
+def _write(folder: Path, **files: str) -> list[Path]:
+    """``name=source`` as ``folder/name.py``, the paths in order."""
+    paths = [folder / f"{name}.py" for name in files]
+    for path, source in zip(paths, files.values(), strict=True):
+        path.write_text(textwrap.dedent(source))
+    return paths
+
+
+# -- race ---------------------------------------------------------------------------
+
+RATES = (0.70, 0.65, 0.60, 0.60, 0.55, 0.55, 0.50, 0.50)
+NOISE = 0.05
+
+RACE_PROGRAM = """
+import hashlib
+EXECUTION = "inline"
+
+def run(artifact, input):
+    key = f"{artifact['name']}:{input['n']}".encode()
+    draw = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") / 2**64
+    return (input["u"] < artifact["threshold"]) != (draw < artifact["noise"])
+"""
+RACE_METRIC = """
+EXECUTION = "inline"
+
+def score(input, output, expected=None):
+    return (1.0 if output else 0.0), {"feedback": "pass" if output else "fail"}
+"""
+
+
+def _candidates(seed: int) -> list[dict[str, object]]:
+    """The candidates of one seed: pass rate p = t (1 - e) + (1 - t) e for threshold t."""
+    return [
+        {"name": f"s{seed}c{i}", "threshold": (p - NOISE) / (1 - 2 * NOISE), "noise": NOISE}
+        for i, p in enumerate(RATES)
+    ]
+
+
+def _race_examples(n: int, seed: int) -> list[dict[str, object]]:
+    rng = random.Random(seed)
+    return [{"id": f"e{i}", "input": {"n": i, "u": rng.random()}} for i in range(n)]
+
+
+async def bench_race(folder: Path, smoke: bool) -> bool:
+    seeds, n = (3, 300) if smoke else (20, 1000)
+    program, metric = _write(folder, program=RACE_PROGRAM, metric=RACE_METRIC)
+    right = ties = 0
+    shares: list[float] = []
+    started = time.perf_counter()
+    async with Evaluator(metric, program) as ev:
+        for seed in range(seeds):
+            result = await ev.race(_candidates(seed), _race_examples(n, seed), seed=seed)
+            right += 0 in result.winners
+            ties += result.tied
+            shares.append(result.spend.evaluations / result.spend.full_evaluations)
+            won = ",".join(str(i) for i in result.winners)
+            print(
+                f"  seed {seed:2d}: {result.outcome:6s} [{won}]  "
+                f"{result.spend.evaluations:5,} of {result.spend.full_evaluations:,} "
+                f"evaluations ({shares[-1]:.1%})"
+            )
+    wall = time.perf_counter() - started
+    share = sum(shares) / len(shares)
+    print(
+        f"race: 8 candidates (best 0.70 by 0.05, verdict noise {NOISE}), {n:,} examples, "
+        f"{seeds} seeds, in {wall:.1f} s"
+    )
+    print(
+        f"  correct winner or a tie that includes it: {right}/{seeds} = {right / seeds:.0%} "
+        f"(goal >= 95%; {ties} of them ties)"
+    )
+    print(
+        f"  calls against scoring everything: mean {share:.1%}, max {max(shares):.1%} (goal <= 30%)"
+    )
+    return True
+
+
+# -- budget -------------------------------------------------------------------------
+
+PRICE = 0.5  # USD per million tokens, input and output
+BUDGET = 0.01
+IN_FLIGHT = 64
+
+BUDGET_JUDGE = """
+from skynet import allm
+
+async def score(input, output, expected=None):
+    text = await allm("Judge this answer: PASS or FAIL.", input=str(output), max_tokens=50)
+    return float(text.startswith("PASS")), {"feedback": text}
+"""
+
+
+async def _budget_run(metric: Path, n: int, seed: int) -> dict[str, float]:
+    async with _simulator(latency_ms=5, jitter_ms=10, seed=seed) as sim:
+        models = Models(metric=_model(sim, "sim-judge", price=PRICE))
+        rows = [{"id": i, "input": {}, "output": f"answer {seed}-{i}"} for i in range(n)]
+        async with Evaluator(metric, models=models, concurrency=IN_FLIGHT) as ev:
+            report = await ev.evaluate(None, rows, budget=Budget(usd=BUDGET))
+        stats = sim.statistics()
+    billed = (stats.prompt_tokens + stats.completion_tokens) * PRICE / 1e6
+    assert report.budget is not None
+    return {
+        "billed": billed,
+        "ledger": report.budget.spent_usd,
+        "results": report.n,
+        "exhausted": report.errors.get("budget_exhausted", 0),
+        "other_errors": report.n - report.ok - report.errors.get("budget_exhausted", 0),
+        "requests": stats.requests,
+        "peak": stats.peak_in_flight,
+    }
+
+
+async def bench_budget(folder: Path, smoke: bool) -> bool:
+    runs, n = (3, 1000) if smoke else (20, 2000)
+    (metric,) = _write(folder, judge=BUDGET_JUDGE)
+    got = [await _budget_run(metric, n, seed) for seed in range(runs)]
+    within = sum(r["billed"] <= BUDGET and r["ledger"] <= BUDGET for r in got)
+    whole = sum(r["results"] == n and r["other_errors"] == 0 for r in got)
+    used = [r["billed"] / BUDGET for r in got]
+    print(f"budget: ${BUDGET:g}, {IN_FLIGHT} calls in flight, {n} examples, {runs} runs")
+    print(f"  spent at most the budget:        {within} of {runs} runs")
+    print(f"  every example one result:        {whole} of {runs} runs")
+    print(
+        f"  billed by the server:            ${min(r['billed'] for r in got):.6f} .. "
+        f"${max(r['billed'] for r in got):.6f}"
+    )
+    print(
+        f"  budget used:                     {min(used):.1%} .. {max(used):.1%} "
+        f"(median {statistics.median(used):.1%})"
+    )
+    print(
+        f"  calls sent / examples exhausted: "
+        f"{statistics.median(r['requests'] for r in got):.0f} / "
+        f"{statistics.median(r['exhausted'] for r in got):.0f} (medians)"
+    )
+    print(f"  peak calls in flight at the server: {max(r['peak'] for r in got):.0f}")
+    return within == runs and whole == runs
+
+
+# -- dedup --------------------------------------------------------------------------
+
+
+async def bench_dedup(folder: Path, smoke: bool) -> bool:
     n = 20 if smoke else 200
-    program = folder / "program.py"
-    metric = folder / "judge.py"
-    program.write_text(textwrap.dedent(PROGRAM))
-    metric.write_text(textwrap.dedent(JUDGE))
+    program, metric = _write(folder, program=PROGRAM, judge=JUDGE)
     print(f"dedup: {n} examples, one program and one judge call each (distinct keys {n})")
 
     async with _simulator() as sim:
@@ -132,9 +316,121 @@ async def bench_dedup(folder: Path, smoke: bool) -> None:
         f"each), executed {executed[0]:,} + {executed[1]:,}, waited for the other "
         f"{shared_runs[0]:,} + {shared_runs[1]:,}, {elapsed:.2f} s"
     )
+    return True
 
 
-SECTIONS: dict[str, Callable[[Path, bool], Awaitable[None]]] = {"dedup": bench_dedup}
+# -- hedging: hedged judge calls for the tail (issue 28, item 4)
+
+HEDGE_JUDGE = ROOT / "examples" / "metrics" / "judge.py"
+
+
+def _hedge_minibatch(loop: int, step: int) -> list[Example]:
+    return [
+        Example(id=f"l{loop}s{step}e{i}", input={"question": f"q{loop}.{step}.{i}"}, output=str(i))
+        for i in range(3)
+    ]
+
+
+async def _hedge_run(hedge: Hedge | None, loops: int, steps: int) -> dict[str, object]:
+    sim_config = SimulatorConfig(latency_ms=40, jitter_ms=10, tail_share=0.05, tail_factor=10)
+    async with Simulator(sim_config) as sim:
+        config = ModelConfig(
+            model="judge-1",
+            base_url=sim.base_url,
+            api_key_env=None,
+            price_input=0.15,
+            price_output=0.6,
+            hedge=hedge,
+        )
+        async with Evaluator(HEDGE_JUDGE, models=Models(metric=config)) as ev:
+            times: list[float] = []
+            errors = 0
+
+            async def optimizer(loop: int, timed: bool, first: int, last: int) -> None:
+                nonlocal errors
+                for step in range(first, last):
+                    started = time.perf_counter()
+                    results = await ev.evaluate_many(None, _hedge_minibatch(loop, step))
+                    if timed:
+                        times.append(time.perf_counter() - started)
+                    errors += sum(r.error is not None for r in results)
+
+            async with asyncio.TaskGroup() as tg:  # warm-up: one minibatch per loop
+                for loop in range(loops):
+                    tg.create_task(optimizer(loop, False, 0, 1))
+            served_before = sim.statistics().requests
+            async with asyncio.TaskGroup() as tg:
+                for loop in range(loops):
+                    tg.create_task(optimizer(loop, True, 1, 1 + steps))
+            stats = ev.statistics()
+            (budget,) = stats.model_budgets
+            return {
+                "times": times,
+                "errors": errors,
+                "requests": sim.statistics().requests - served_before,
+                "hedging": budget.hedging,
+                "row": budget.describe(),
+                "cost": stats.models.judge_cost_usd,
+            }
+
+
+def _hedge_report(name: str, plain: dict[str, object], hedged: dict[str, object]) -> int:
+    times_plain, times_hedged = plain["times"], hedged["times"]
+    assert isinstance(times_plain, list) and isinstance(times_hedged, list)
+    print(f"-- {name}")
+    for q, label in ((0.5, "p50"), (0.99, "p99")):
+        a, b = percentile(times_plain, q), percentile(times_hedged, q)
+        assert a is not None and b is not None
+        target = " (target <= 0.5)" if label == "p99" else ""
+        print(
+            f"minibatch {label}: unhedged {a * 1000:7.1f} ms, hedged {b * 1000:7.1f} ms, "
+            f"ratio {b / a:.2f}{target}"
+        )
+    h = hedged["hedging"]
+    if not isinstance(h, HedgeStatistics):
+        print("hedging statistics missing")
+        return 1
+    print(
+        f"extra calls: {h.hedges_sent} hedges over {h.calls} calls, ratio "
+        f"{h.extra_calls:.3f} (target <= 0.10); won {h.hedges_won}, refused {h.refused}, "
+        f"held back by max_extra {h.capped}"
+    )
+    print(f"server requests: unhedged {plain['requests']}, hedged {hedged['requests']}")
+    print(f"judge cost (USD): unhedged {plain['cost']}, hedged {hedged['cost']}")
+    print(f"report row: model budget: {hedged['row']}")
+    return int(hedged["errors"])  # type: ignore[call-overload]
+
+
+async def _hedge_bench(loops: int, steps: int) -> int:
+    plain = await _hedge_run(None, loops, steps)
+    print(
+        f"{len(plain['times'])} timed minibatches of 3 examples per run "  # type: ignore[arg-type]
+        f"({loops} loops x {steps}), 5% of replies slowed 10x"
+    )
+    problems = int(plain["errors"])  # type: ignore[call-overload]
+    for q in (0.95, 0.9):
+        hedged = await _hedge_run(Hedge(quantile=q, max_extra=0.1), loops, steps)
+        problems += _hedge_report(f"hedge={q:g} (max_extra=0.1)", plain, hedged)
+    print(f"errors: {problems}")
+    return 1 if problems else 0
+
+
+async def bench_hedge(folder: Path, smoke: bool) -> bool:
+    """Hedged judge calls for the tail (the goals: p99 of a 3-example minibatch at most
+    0.5 of unhedged, at most 10% extra calls)."""
+    del folder  # the judge is the shipped one
+    loops, steps = (4, 25) if smoke else (8, 100)
+    return await _hedge_bench(loops, steps) == 0
+
+
+# Each section writes its files into its own folder, prints its figures and returns
+# whether the checks it makes held (the exit status is 1 when one did not).
+SECTIONS: dict[str, Callable[[Path, bool], Awaitable[bool]]] = {
+    "race": bench_race,
+    "budget": bench_budget,
+    "dedup": bench_dedup,
+    "hedge": bench_hedge,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,12 +449,13 @@ def main(argv: list[str] | None = None) -> int:
             f"--only: no section {', '.join(unknown)}; the sections: {', '.join(SECTIONS)}"
         )
     warnings.simplefilter("error")
+    held = True
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             folder = Path(tmp) / name
             folder.mkdir()
-            asyncio.run(SECTIONS[name](folder, args.smoke))
-    return 0
+            held = asyncio.run(SECTIONS[name](folder, args.smoke)) and held
+    return 0 if held else 1
 
 
 if __name__ == "__main__":

@@ -135,10 +135,16 @@ class ResultsHeader(msgspec.Struct, frozen=True, forbid_unknown_fields=False, om
     artifact: ArtifactPrint | None = None
     note: str | None = None
     ended: RunEnd | None = None
+    repeat: int | None = None
+    """The passes over the dataset of a run with ``--repeat`` K > 1 (None: one pass)."""
 
     @classmethod
     def new(
-        cls, prints: Fingerprints, note: str | None = None, ended: RunEnd | None = None
+        cls,
+        prints: Fingerprints,
+        note: str | None = None,
+        ended: RunEnd | None = None,
+        repeat: int = 1,
     ) -> ResultsHeader:
         """A header for a run evaluating ``prints``, created now (UTC)."""
         created = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
@@ -151,6 +157,7 @@ class ResultsHeader(msgspec.Struct, frozen=True, forbid_unknown_fields=False, om
             prints.artifact,
             note,
             ended,
+            repeat if repeat > 1 else None,
         )
 
     @property

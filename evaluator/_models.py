@@ -173,7 +173,8 @@ class Meter:
         self.rate_limited += int(part.rate_limited)
 
     def add(self, completion: Any) -> None:
-        self._count(1, completion)
+        # A hedged call's second copy is a call too (its cost is in the completion's).
+        self._count(1 + int(getattr(completion, "hedges", 0)), completion)
         if completion.cost_usd is None:
             # One unpriced call makes the total unmeasured: never a silent partial sum.
             if self.cost_usd is not None:
@@ -585,6 +586,7 @@ class ModelRouter:
                     in_flight_max=stats.in_flight_max,
                     in_flight_source=stats.in_flight_source,
                     in_flight_history=stats.in_flight_history,
+                    hedging=stats.hedging,
                 )
             )
         return tuple(budgets)

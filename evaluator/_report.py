@@ -25,7 +25,9 @@ from typing import Any
 
 import msgspec
 
-from ._call._results import ERROR_KINDS, Observation, Result, Usage
+from llm_client import HedgeStatistics
+
+from ._call._results import ERROR_KINDS, Observation, Result, Usage, result_key
 from ._stats import percentiles
 
 __all__ = [
@@ -36,12 +38,14 @@ __all__ = [
     "Latency",
     "ModelBudget",
     "NamedScore",
+    "RepeatSummary",
     "Report",
     "ReportBuilder",
     "StageExecution",
     "budget_summary",
     "combine_clusters",
     "failure_rows",
+    "repeat_rows",
     "report_rows",
     "result_cost",
 ]
@@ -116,6 +120,8 @@ class ModelBudget(msgspec.Struct, frozen=True, kw_only=True):
     """ "start", "rate x latency", "adaptive (latency)" or "adaptive (429s)"."""
     in_flight_history: tuple[tuple[float, int], ...] = ()
     """(seconds since the model's client opened, limit) at its changes, thinned to a few."""
+    hedging: HedgeStatistics | None = None
+    """Hedged calls (the model's ``hedge``): copies sent and won, the extra calls and spend."""
 
     def describe(self) -> str:
         """``"64 → 124 in flight (lowest 64, highest 124, cap 1024: rate x latency),
@@ -126,7 +132,8 @@ class ModelBudget(msgspec.Struct, frozen=True, kw_only=True):
             rpm = "no rpm limit" if self.rpm is None else f"{self.rpm:g} rpm"
             tpm = "no tpm limit" if self.tpm is None else f"{self.tpm:g} tpm"
             limits = f"{rpm}, {tpm}"
-        return f"{self.describe_in_flight()}, {limits} ({self.source})"
+        hedged = "" if self.hedging is None else f"; {self.hedging.describe()}"
+        return f"{self.describe_in_flight()}, {limits} ({self.source}){hedged}"
 
     def describe_in_flight(self) -> str:
         """How the in-flight limit moved: ``"64 → 124 in flight (lowest 64, highest 124,
@@ -393,6 +400,55 @@ def failure_rows(
     return rows
 
 
+class RepeatSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """How far each example's score varies over the K passes of ``run --repeat K``.
+
+    Measured on the ``examples`` that every pass scored (``incomplete``: those left out,
+    with fewer than K results: a stopped run). A failed example counts at the failure
+    score, as in the report's mean over all. ``mean_std``: the mean over examples of the
+    sample standard deviation of an example's K scores
+    (:func:`evaluator._judges._agreement.within_std`); ``changed``: the share of examples whose
+    score was not the same in every pass; ``mean``: the mean over examples of each
+    example's mean score, with ``mean_ci`` its 95% bootstrap interval over examples
+    (:func:`evaluator._stats.bootstrap_mean_ci`, seed 0). None where no example was
+    scored by every pass.
+    """
+
+    repeats: int
+    examples: int
+    incomplete: int = 0
+    mean_std: float | None = None
+    changed: float | None = None
+    mean: float | None = None
+    mean_ci: tuple[float, float] | None = None
+
+
+def repeat_summary(scores: Iterable[dict[int, float]], repeats: int) -> RepeatSummary:
+    """The :class:`RepeatSummary` of ``scores`` (one ``{pass: score}`` per example)."""
+    from ._judges._agreement import stable_share, within_std
+    from ._stats import bootstrap_mean_ci
+
+    rows: list[list[float]] = []
+    incomplete = 0
+    for by_pass in scores:
+        if len(by_pass) == repeats:
+            rows.append([by_pass[r] for r in range(repeats)])
+        else:
+            incomplete += 1
+    if not rows or repeats < 2:
+        return RepeatSummary(repeats=repeats, examples=len(rows), incomplete=incomplete)
+    means = [sum(row) / repeats for row in rows]
+    return RepeatSummary(
+        repeats=repeats,
+        examples=len(rows),
+        incomplete=incomplete,
+        mean_std=within_std(rows),
+        changed=1.0 - stable_share(rows),
+        mean=sum(means) / len(means),
+        mean_ci=bootstrap_mean_ci(means),
+    )
+
+
 class Report(msgspec.Struct, frozen=True, kw_only=True):
     """Counts, means, latency, throughput and cost of one evaluation."""
 
@@ -434,6 +490,9 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     """The first failed examples (at most ``FAILURES_KEPT``), in the order they came."""
     budget: BudgetSummary | None = None
     """The spending budget against what was spent (None: no budget)."""
+    repeats: RepeatSummary | None = None
+    """Each example's score variance over the passes of ``run --repeat K`` (None: one
+    pass)."""
 
     @property
     def error_count(self) -> int:
@@ -483,8 +542,12 @@ def _quiet_usage(judge: Usage) -> bool:
 class ReportBuilder:
     """Feed results with :meth:`add` (or :meth:`add_many`); :meth:`build` at any time."""
 
-    def __init__(self, *, failure_score: float = 0.0) -> None:
+    def __init__(self, *, failure_score: float = 0.0, repeats: int = 1) -> None:
         self.failure_score = failure_score
+        #: ``run --repeat K``: each example's score in each pass, keyed by its id's
+        #: example_key (None with one pass: nothing per example is kept then).
+        self.repeats = repeats
+        self._by_example: dict[Any, dict[int, float]] | None = {} if repeats > 1 else None
         self.n = 0
         self.ok = 0
         self.errors: dict[str, int] = {}
@@ -517,6 +580,8 @@ class ReportBuilder:
         """Count one result. ``resumed``: it came from an earlier run (not in throughput);
         ``timed`` False: made before the clock started (the contract check's examples),
         so counted but not in throughput either."""
+        if self._by_example is not None:
+            self._note_repeat(result)
         self.n += 1
         if resumed:
             self.resumed += 1
@@ -540,6 +605,11 @@ class ReportBuilder:
         if result.metric_ms is not None:
             self._metric.add(result.metric_ms)
         self._add_judge(result.judge)
+
+    def _note_repeat(self, result: Result) -> None:
+        key, repeat = result_key(result)
+        assert self._by_example is not None
+        self._by_example.setdefault(key, {})[repeat] = result.score
 
     def _add_named(self, scores: dict[str, float]) -> None:
         named = self._named
@@ -588,9 +658,9 @@ class ReportBuilder:
         an observation and a judge usage with no time, calls, retries or cost, mostly the
         one shared object each) is counted in place, the rest by :meth:`add`."""
         add = self.add
-        if resumed:
+        if resumed or self._by_example is not None:  # per example: through add()
             for result in results:
-                add(result, resumed=True, timed=timed)
+                add(result, resumed=resumed, timed=timed)
             return
         metric_add = self._metric.add
         quiet_obs: Observation | None = None  # the last objects known to add nothing
@@ -690,6 +760,11 @@ class ReportBuilder:
             cache=self._cache.summary(cache),
             failures=tuple(self._failures),
             budget=budget,
+            repeats=(
+                None
+                if self._by_example is None
+                else repeat_summary(self._by_example.values(), self.repeats)
+            ),
         )
 
 
@@ -726,6 +801,24 @@ def _count_rows(report: Report) -> Rows:
     rows.append((f"mean score (ok, n={report.ok:,})", mean(report.mean_score_ok)))
     for name, named in report.scores.items():
         rows.append((f"  {name} (n={named.count:,})", f"{named.mean:.4f}"))
+    if report.repeats is not None:
+        rows.extend(repeat_rows(report.repeats))
+    return rows
+
+
+def repeat_rows(summary: RepeatSummary) -> Rows:
+    """The rows of ``run --repeat``'s variance figures (``run``'s and ``report``'s)."""
+    left = f", {summary.incomplete:,} with fewer left out" if summary.incomplete else ""
+    rows: Rows = [
+        ("repeats", f"{summary.repeats} per example ({summary.examples:,} with all{left})")
+    ]
+    if summary.mean_std is None or summary.changed is None or summary.mean is None:
+        return [*rows, ("score variance", "- (no example has a result from every repeat)")]
+    rows.append(("score std dev per example (mean)", f"{summary.mean_std:.4f}"))
+    rows.append(("examples whose score changed", f"{summary.changed:.1%}"))
+    ci = summary.mean_ci
+    interval = f" (95% CI {ci[0]:.4f} to {ci[1]:.4f} over examples)" if ci else ""
+    rows.append(("mean score over repeats", f"{summary.mean:.4f}{interval}"))
     return rows
 
 

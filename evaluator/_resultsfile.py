@@ -25,7 +25,8 @@ another writer's line in the making):
   line.
 
 Reading counts each example once (ids matched by
-:func:`evaluator._call._results.example_key`): the first result of an id wins, later ones are
+:func:`evaluator._call._results.example_key`), or once per pass of a repeated run (keyed by the
+id and :attr:`Result.repeat`): the first result of an id wins, later ones are
 *duplicates* (two runs that wrote one file); with the dataset's ids given, results for
 other ids are *foreign* (another dataset's file). Both are left in the file, never
 counted, and reported by number.
@@ -42,7 +43,7 @@ from typing import IO, Any
 
 import msgspec
 
-from ._call._results import Result, example_key
+from ._call._results import Result, example_key, repeat_of
 from ._exceptions import NotAResultsFile, ResultsFileError
 from ._fingerprint import FORMAT_VERSION, HEADER_KEY, ResultsHeader
 
@@ -83,8 +84,11 @@ class ResultsScan:
         self.path = path
         #: Header lines, in file order, with their line numbers.
         self.headers: list[tuple[int, ResultsHeader | dict[str, Any]]] = []
-        #: Ids counted: the first result of each id (restricted to the dataset's ids).
+        #: Ids counted: the first result of each id (restricted to the dataset's ids), of
+        #: the first pass of a repeated run (``run --repeat``), or of the only one.
         self.done_ids: set[Any] = set()
+        #: The ids counted for each later pass of a repeated run (pass 1 to K-1).
+        self.done_repeats: dict[int, set[Any]] = {}
         #: Result lines read, counted or not.
         self.lines = 0
         #: Result lines not counted: an id seen before, or not in the dataset.
@@ -99,7 +103,7 @@ class ResultsScan:
 
     @property
     def counted(self) -> int:
-        return len(self.done_ids)
+        return len(self.done_ids) + sum(len(ids) for ids in self.done_repeats.values())
 
     @property
     def empty(self) -> bool:
@@ -297,12 +301,16 @@ class Reader:
         if wanted is not None and key not in wanted:
             out.foreign += 1
             return
-        if key in self.seen:
+        # One result per (id, pass): a run without repeats has only pass 0.
+        repeat = repeat_of(result)
+        pair = (key, repeat)
+        if pair in self.seen:
             out.duplicates += 1
             return
-        self.seen.add(key)
+        self.seen.add(pair)
         # The dataset's own id object, so that `example.id in done_ids` holds.
-        out.done_ids.add(wanted[key] if wanted is not None else result.example_id)
+        done = out.done_ids if not repeat else out.done_repeats.setdefault(repeat, set())
+        done.add(wanted[key] if wanted is not None else result.example_id)
         out.since_header += 1
         if self.on_result is not None:
             self.on_result(result)

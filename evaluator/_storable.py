@@ -146,6 +146,8 @@ def _encode_one(result: Result, changes: list[StoreChange]) -> bytes:
     fields: dict[str, Any] = {"example_id": example_id}
     for name in Result.__struct_fields__[1:]:
         value = getattr(result, name)
+        if value is msgspec.UNSET:  # not written, as msgspec leaves it out (`repeat`)
+            continue
         if isinstance(value, msgspec.Struct):
             value = msgspec.to_builtins(value, str_keys=True)
         fields[name] = cleaner.clean(value, name)

@@ -257,6 +257,8 @@ class Resumed(msgspec.Struct):
 
     done_ids: set[Any]
     results: int = 0
+    #: With ``run --repeat``: the ids already done in each later pass (1 to K-1).
+    done_repeats: dict[int, set[Any]] = {}
     foreign: int = 0
     duplicates: int = 0
     forced: list[str] = []
@@ -272,6 +274,7 @@ def open_results(
     force: bool = False,
     dataset_ids: Collection[Any] | None = None,
     on_result: Callable[[Result], None] | None = None,
+    repeat: int = 1,
 ) -> tuple[ResultsWriter, Resumed]:
     """Open ``path`` for a run and return ``(writer, resumed)``; close the writer after.
 
@@ -282,9 +285,10 @@ def open_results(
     ``dataset_ids`` once, calls ``on_result`` with each result kept (to rebuild the
     report), and repairs a torn last line. A file that is not a results file, or has a
     bad line, is refused and never changed. The lock is taken first, so all of this
-    happens while no other writer can touch the file.
+    happens while no other writer can touch the file. ``repeat``: the passes over the
+    dataset the run makes (``run --repeat``), recorded in the header when more than 1.
     """
-    header = ResultsHeader.new(fingerprints) if fingerprints is not None else None
+    header = ResultsHeader.new(fingerprints, repeat=repeat) if fingerprints is not None else None
     writer = ResultsWriter(path, header=header)
     writer.fingerprints = fingerprints
     writer._open()
@@ -320,7 +324,7 @@ def _resume(
             "or choose another output file",
         )
     writer.in_file = info.lines
-    resumed = Resumed(info.done_ids, info.counted, info.foreign, info.duplicates)
+    resumed = Resumed(info.done_ids, info.counted, info.done_repeats, info.foreign, info.duplicates)
     _check_prints(writer, info, prints, force, resumed)
     _repair(writer, info, resumed.notes)
     _count_notes(info, dataset_ids, resumed.notes)

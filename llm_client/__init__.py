@@ -5,9 +5,9 @@ request an SDK built (chat completions, the Responses API, Anthropic messages; s
 not) through the same governor, retries and pricing.
 
 The product is the client (``_client``, ``_forward``, ``_usage``, ``_config``,
-``_governor``, ``_fair``, ``_budget``, ``_retry``, ``_pricing``, ``_wire``, ``_exceptions``,
-``_redact``); ``_transports/`` is how its requests reach a server, and ``_simulator/`` a
-local OpenAI-compatible server to test and measure it against.
+``_governor``, ``_hedge``, ``_fair``, ``_budget``, ``_retry``, ``_pricing``, ``_wire``,
+``_exceptions``, ``_redact``); ``_transports/`` is how its requests reach a server, and
+``_simulator/`` a local OpenAI-compatible server to test and measure it against.
 ``docs/architecture/llm-client.md`` draws the whole. Imports nothing else of skynet-eval's;
 nothing here binds to an event loop at import.
 """
@@ -27,6 +27,8 @@ from ._fair import sharing as sharing
 from ._forward import Forwarded as Forwarded
 from ._governor import GovernorStatistics as GovernorStatistics
 from ._governor import RateGovernor as RateGovernor
+from ._hedge import Hedge as Hedge
+from ._hedge import HedgeStatistics as HedgeStatistics
 from ._redact import Redactor as Redactor
 from ._retry import RetryDetails as RetryDetails
 from ._simulator import ModelSettings as ModelSettings
@@ -52,6 +54,8 @@ __all__ = [
     "HTTPRequest",
     "HTTPResponse",
     "HTTPTransport",
+    "Hedge",
+    "HedgeStatistics",
     "LLMError",
     "MockTransport",
     "ModelClient",

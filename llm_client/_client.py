@@ -23,6 +23,7 @@ from ._exceptions import ClientClosedError, LLMError, ModelConfigError
 from ._fair import current_share
 from ._forward import Forwarded, ForwardRequest, is_event_stream, reply_headers
 from ._governor import GovernorStatistics, Permit, RateGovernor, governor_for
+from ._hedge import Hedge, Hedger
 from ._pricing import Prices, resolve_prices
 from ._redact import Redactor
 from ._retry import NEVER_RETRY, RetryDetails, backoff, is_retryable_status, server_wait
@@ -59,6 +60,9 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True):
     (shared pauses after a 429 included); ``latency_ms`` is the rest of the call's wall
     time (HTTP attempts and backoff sleeps). ``cost_usd`` is None when the price is
     unknown, and ``cost_note`` says why (or how the price was matched).
+    ``hedges`` is 1 when a second copy was sent (``ModelConfig.hedge``), ``hedge_won``
+    whether its answer is this one; the tokens and cost then cover both copies
+    (``_hedge.py``).
     """
 
     text: str
@@ -74,6 +78,8 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True):
     retries: int = 0
     rate_limited: int = 0
     finish_reason: str | None = None
+    hedges: int = 0
+    hedge_won: bool = False
 
 
 def _short(text: str, limit: int = 500) -> str:
@@ -216,6 +222,9 @@ class ModelClient:
         self._headers: dict[str, str] = {}
         self._governor: RateGovernor | None = None
         self._prices: Prices | None = None
+        hedge = config.hedge
+        assert hedge is None or isinstance(hedge, Hedge)  # ModelConfig made it one
+        self._hedger = None if hedge is None else Hedger(hedge)
 
     @property
     def config(self) -> ModelConfig:
@@ -282,7 +291,10 @@ class ModelClient:
                 "statistics() needs an open client: use it inside `async with`",
                 model=self._config.model,
             )
-        return self._governor.statistics()
+        stats = self._governor.statistics()
+        if self._hedger is not None:
+            stats = msgspec.structs.replace(stats, hedging=self._hedger.statistics())
+        return stats
 
     @property
     def priced(self) -> bool:
@@ -371,6 +383,9 @@ class ModelClient:
             state.cap = cap
             body, reserve = self._build(messages, options)
             request = HTTPRequest("POST", self._config.endpoint, self._headers, body)
+            if self._hedger is not None and state.spend is None:
+                # Under a budget a hedge is not sent: its copy's worst case is not reserved.
+                return await self._hedged(self._hedger, request, reserve, state)
             call = self._call(request, reserve, state, self._read_chat, self._config.timeout)
             decoded = await self._within_deadline(call, state)
             if isinstance(decoded, _Failure):
@@ -435,6 +450,35 @@ class ModelClient:
             if clean is exc:
                 raise
             raise clean from None
+
+    async def _hedged(
+        self, hedger: Hedger, request: HTTPRequest, reserve: int, state: _CallState
+    ) -> Completion:
+        """:meth:`complete`'s call, with a second copy past the quantile (``_hedge.py``)."""
+        governor, timeout = self._governor, self._config.timeout
+        assert governor is not None
+
+        async def second(permit: Permit) -> tuple[bool, ChatResponse | None]:
+            failure, value = await self._attempt(
+                governor, permit, request, self._read_chat, timeout
+            )
+            return (failure is None or failure.response is not None), value
+
+        outcome = await hedger.race(
+            lambda: self._within_deadline(
+                self._call(request, reserve, state, self._read_chat, timeout), state
+            ),
+            second,
+            lambda: governor.try_acquire(reserve),
+            lambda value: not isinstance(value, _Failure),
+        )
+        if isinstance(outcome.value, _Failure):
+            raise self._give_up(outcome.value, state)
+        winner = self._completion(cast(ChatResponse, outcome.value), state)
+        loser = outcome.loser
+        return hedger.settle(
+            winner, None if loser is None else self._completion(loser, state), outcome
+        )
 
     async def _within_deadline(self, call: Awaitable[_T], state: _CallState) -> _T:
         """``call`` bounded by the config's deadline (queueing and retries included)."""

@@ -8,6 +8,7 @@ import os
 import msgspec
 
 from ._exceptions import ModelConfigError
+from ._hedge import Hedge, as_hedge
 
 __all__ = ["ModelConfig"]
 
@@ -74,6 +75,10 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
     ``max_tokens``, ``temperature`` and ``reasoning_effort`` are defaults for every call (a
     call's own options win); ``reasoning_effort`` is sent as the chat completions field of
     that name (``"low"``, ``"high"``...: what the model accepts is the server's to say).
+
+    ``hedge`` (None: off) sends a second copy of a call that has waited past a quantile of
+    the model's recent latencies, within the rate budget: a number is the quantile
+    (``0.95``), a :class:`~llm_client._hedge.Hedge` sets the rest (``_hedge.py``).
     """
 
     model: str
@@ -93,6 +98,7 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_tokens: int | None = None
     temperature: float | None = None
     reasoning_effort: str | None = None
+    hedge: Hedge | float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model.strip():
@@ -159,6 +165,9 @@ class ModelConfig(msgspec.Struct, frozen=True, kw_only=True):
                 field="reasoning_effort",
                 value=self.reasoning_effort,
             )
+        if self.hedge is not None and not isinstance(self.hedge, Hedge):
+            # One form from here on: the client reads a Hedge.
+            msgspec.structs.force_setattr(self, "hedge", as_hedge(self.hedge))
 
     @property
     def endpoint(self) -> str:

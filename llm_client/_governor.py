@@ -52,6 +52,7 @@ from ._budget import Adaptive, BudgetSource, read_limits
 from ._concurrency import ConcurrencyController, LimitSource
 from ._exceptions import RequestTooLargeError
 from ._fair import FairQueue, current_share
+from ._hedge import HedgeStatistics
 
 __all__ = ["GovernorStatistics", "Permit", "RateGovernor", "governor_for"]
 
@@ -90,6 +91,7 @@ class GovernorStatistics(msgspec.Struct, frozen=True, kw_only=True):
     in_flight_source: LimitSource = "start"
     in_flight_history: tuple[tuple[float, int], ...] = ()
     latency_s: float | None = None  # mean reply latency of the last round measured
+    hedging: HedgeStatistics | None = None  # the client's hedged calls (None: hedging off)
 
 
 class _Bucket:
@@ -293,6 +295,22 @@ class RateGovernor:
         queued = max(0.0, admitted_at - waiter.enqueued)
         self._queued_s += queued
         return Permit(tokens, queued, self._epoch, admitted_at)
+
+    def try_acquire(self, tokens: int) -> Permit | None:
+        """A permit now, or None: only when nobody is queued, a slot is free and the
+        budgets allow one more request. For a hedged call's second copy, which never
+        waits and never goes ahead of a caller in line (``_hedge.py``)."""
+        now = self._clock()
+        if (
+            (self._tpm is not None and tokens > self._tpm)
+            or self._waiting
+            or self._in_flight >= self._limit.value
+            or not self._admits(now)
+        ):
+            return None
+        self._queue.charge(current_share(), self._cost(tokens))
+        self._admit(tokens, now)
+        return Permit(tokens, 0.0, self._epoch, now)
 
     def release(self, permit: Permit, used_tokens: int | None) -> None:
         """Settle an attempt: free its slot; refund or correct its token reservation.

@@ -32,7 +32,11 @@ an owner that fails (errors are not stored) or is cancelled gives ``None``
 disk tier the claim is also a row in the file's ``claims`` table, a lease renewed while
 the run holds it, so that other processes on the same cache wait too (they poll the file
 for the result, from one task, every 50 ms backing off to 1 s) and take over when the
-owner gives up, or crashes and its lease runs out.
+owner gives up, or crashes and its lease runs out. A claim in the file costs a write
+transaction, so a cache that is the file's only live owner claims in memory only
+(``_others`` False): it registers at open, reads the owners every 100 ms, and on seeing
+another claims what it is paying for and from then on claims as above (``_watch``); a
+cache that opens beside such a solo owner waits, at open, until that one has seen it.
 """
 
 from __future__ import annotations
@@ -66,6 +70,8 @@ DEFAULT_MEMORY_BYTES = 512 * 1024 * 1024
 DEFAULT_LEASE_SECONDS = 15.0
 #: Polling another process's claim: the first interval, doubled while nothing changes.
 _POLL_FIRST, _POLL_MAX = 0.05, 1.0
+#: How often a solo owner (the file's only live one) looks for another owner.
+_WATCH_SECONDS = 0.1
 
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder(Result).decode
@@ -126,6 +132,9 @@ class CacheStatistics(msgspec.Struct, frozen=True, kw_only=True):
     result (a hit) instead of paying again."""
     taken_over: int = 0
     """Waits whose owner failed, was cancelled or crashed: looked up again and run."""
+    claims_written: int = 0
+    """Keys claimed in the disk file (0 while no other run shares it: claims stay in
+    memory)."""
     measured: bool = False
     """The metric's scores depend on measured speed or cost: hits keep the measurements
     they were scored with."""
@@ -178,7 +187,9 @@ class ResultCache:
         self._inflight: dict[bytes, asyncio.Future[bytes | None]] = {}
         self._remote: dict[bytes, asyncio.Future[bytes | None]] = {}
         self._claimed: set[bytes] = set()  # this cache's claims in the file, unstored
-        self._owns_rows = False  # it made claim rows (stored keys' rows go when it closes)
+        self._owns_rows = False  # it registered in the file (its rows go when it closes)
+        self._others = False  # another live owner shares the file: claim there too
+        self._sharing = False  # the writer's next transaction ends this owner's solo row
         self._releasing: list[bytes] = []
         self._claiming: list[tuple[list[bytes | None], asyncio.Future[Any]]] = []
         self._owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(6)}"
@@ -205,6 +216,7 @@ class ResultCache:
             ("lookups", "memory_hits", "disk_hits", "misses", "uncacheable", "stored"), 0
         )
         self._counts.update(not_stored=0, disk_errors=0, damaged=0, shared=0, taken_over=0)
+        self._counts["claims_written"] = 0
 
     # -- lifetime ---------------------------------------------------------------------
 
@@ -215,6 +227,7 @@ class ResultCache:
                     tier = _Tier(role)
                     self._disk[role] = tier
                     await tier.open(self.directory)
+                await self._join()
             except BaseException:
                 await shielded(self._close_disk())
                 raise
@@ -224,7 +237,43 @@ class ResultCache:
             self._reader = loop.create_task(self._read_loop())
             self._wake_poller = asyncio.Event()
             self._helpers = [loop.create_task(self._poll_loop()), loop.create_task(self._renew())]
+            if not self._others:
+                self._helpers.append(loop.create_task(self._watch()))
         return self
+
+    async def _join(self) -> None:
+        """Register in the file; beside a solo owner, wait until it has seen this one (it
+        then claims what it pays for), or its lease runs out."""
+        others = await self._disk_call("write", "join", self._owner, self.lease)
+        if others is None:  # the disk is gone: memory only
+            return
+        self._owns_rows = True
+        self._others = bool(others)
+        delay = 0.01
+        while self._others and await self._disk_call("read", "solo_owners", self._owner):
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _WATCH_SECONDS)
+
+    async def _watch(self) -> None:
+        """Solo: look for another owner; on seeing one, claim in the file the keys this
+        cache is paying for (and every key from then on), in one transaction."""
+        while not self._others:
+            await asyncio.sleep(_WATCH_SECONDS)
+            if not await self._disk_call("read", "others", self._owner):
+                continue
+            self._others = True
+            paying = [k for k in self._inflight if k not in self._remote]
+            self._sharing = True
+            answer = await self._claim_many(list(paying))
+            if answer is None:
+                continue
+            for key in answer[1]:
+                if key in self._inflight:
+                    self._claimed.add(key)
+                else:  # stored or failed meanwhile: the row goes (a stored value wins anyway)
+                    self._releasing.append(key)
+            if self._releasing and self._wake is not None and not self._closing:
+                self._wake.set()
 
     async def __aexit__(self, *exc_info: object) -> None:
         await shielded(self._close())
@@ -339,7 +388,7 @@ class ResultCache:
                 result.example_id = ex.id
                 result.cached = True
                 hits[i] = result
-        if claiming and self._disk:
+        if claiming and self._disk and self._others:
             await self._claim(found, claiming)
         return found
 
@@ -358,7 +407,6 @@ class ResultCache:
         stored, claimed = answer  # for every chunk that claimed in that transaction
         mine = set(claimed)
         self._claimed.update(k for k in keys if k is not None and k in mine)
-        self._owns_rows = True
         if all(k in mine for k in keys):
             return
         moved = set()
@@ -557,13 +605,16 @@ class ResultCache:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            while self._pending or self._replacing or self._releasing or self._claiming:
+            while (
+                self._pending or self._replacing or self._releasing or self._claiming
+            ) or self._sharing:
                 # One transaction for all: the stores, the claims ended, and the claims
                 # of every chunk looking up now (a claim waits at most one of these).
                 items, self._pending = self._pending, []
                 replacing, self._replacing = self._replacing, []
                 released, self._releasing = self._releasing, []
                 claiming, self._claiming = self._claiming, []
+                share, self._sharing = self._sharing, False
                 claims = [k for keys, _ in claiming for k in keys]
                 answer = None
                 try:
@@ -576,7 +627,10 @@ class ResultCache:
                         claims,
                         self._owner,
                         self.lease,
+                        share,
                     )
+                    if answer is not None:
+                        self._counts["claims_written"] += len(answer[1])
                 finally:
                     for _, future in claiming:
                         if not future.done():
@@ -642,11 +696,12 @@ class ResultCache:
             delay = _POLL_FIRST if moved else min(delay * 2, _POLL_MAX)
 
     async def _renew(self) -> None:
-        """Renew this cache's claims in the file while it holds any."""
+        """Renew this cache's lease in the file (its registration, and any claims)."""
         while True:
             await asyncio.sleep(self.lease / 3)
-            if self._claimed:
-                await self._disk_call("write", "renew", self._owner, self.lease)
+            if self._owns_rows:
+                solo = not self._others
+                await self._disk_call("write", "renew", self._owner, self.lease, solo)
 
     def statistics(self) -> CacheStatistics:
         return CacheStatistics(

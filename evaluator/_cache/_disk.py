@@ -23,6 +23,17 @@ store writes no claim row; an owner that fails a key deletes its claim, and all 
 rows when it closes. Taking a claim re-reads ``results`` in the same transaction, so a
 result stored between a lookup and its claim is a hit, not a second payment.
 
+A claim is a write transaction (tens of ms on a slow disk), worth it only when another
+run may need the key: an owner registers at open (:meth:`DiskStore.join`, one transaction
+that also drops expired owners and their claims) and, when it finds no other live owner,
+is *solo* (a row in ``solo``): it claims nothing in the file. A run that joins while a
+solo owner lives claims from the start, and waits before paying for anything until every
+solo owner has seen it (:meth:`DiskStore.solo_owners`): a solo owner reads ``owners``
+every 100 ms (:meth:`DiskStore.others`), and on finding another claims the keys it is
+paying for and leaves ``solo`` in one transaction (``write(share=True)``). Two runs that
+join at one instant take turns in ``join``: the second sees the first, so one of them
+always claims and the other always hears of it before the first one pays.
+
 Every method here blocks: the engine calls them on a thread of its own
 (:class:`~evaluator._cache._cache.ResultCache`), never on the event loop.
 """
@@ -128,6 +139,19 @@ class DiskStore:
         except _Unusable as bad:
             raise _unusable_directory(directory, bad.reason) from None
 
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction (taking SQLite's write lock at once), rolled back on error."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+
     def get_many(self, keys: Sequence[bytes]) -> dict[bytes, bytes]:
         """The stored values of those ``keys`` that are in the cache."""
         return self._select(keys)
@@ -158,17 +182,17 @@ class DiskStore:
         claims: Sequence[bytes] = (),
         owner: str = "",
         lease: float = 0.0,
+        share: bool = False,
     ) -> tuple[dict[bytes, bytes], list[bytes]]:
         """One transaction: store ``items`` (a key already stored keeps its value) and
         ``replacing`` (their stored values failed their check: these take their place),
         end ``owner``'s claims on ``released``, and claim those ``claims`` that have no
         result and no live claim, renewing ``owner``'s lease for ``lease`` seconds. The
         answer, for ``claims``: the values stored meanwhile, and the keys claimed (the
-        rest are another owner's, live)."""
+        rest are another owner's, live). ``share``: ``owner`` leaves ``solo`` (it claims
+        from now on; ``claims`` holds the keys it was paying for unclaimed)."""
         now = time.time()
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._transaction() as conn:
             for verb, batch in (("IGNORE", items), ("REPLACE", replacing)):
                 if batch:
                     conn.executemany(
@@ -179,8 +203,9 @@ class DiskStore:
                 conn.executemany(
                     "DELETE FROM claims WHERE key = ? AND owner = ?", [(k, owner) for k in released]
                 )
+            if share:
+                conn.execute("DELETE FROM solo WHERE owner = ?", (owner,))
             if not claims:
-                conn.execute("COMMIT")
                 return {}, []
             keys = claims
             conn.execute("INSERT OR REPLACE INTO owners VALUES (?, ?)", (owner, now + lease))
@@ -200,11 +225,6 @@ class DiskStore:
                     f"SELECT key FROM claims WHERE owner = ? AND key IN ({marks})", (owner, *part)
                 )
                 mine.update(row[0] for row in rows)
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
         return found, [k for k in rest if k in mine]
 
     def poll(self, keys: Sequence[bytes]) -> tuple[dict[bytes, bytes], set[bytes]]:
@@ -225,24 +245,56 @@ class DiskStore:
             live.update(row[0] for row in rows)
         return found, live
 
-    def renew(self, owner: str, lease: float) -> None:
-        """Extend ``owner``'s lease (every claim it holds) by ``lease`` seconds from now."""
-        self._conn.execute(
-            "UPDATE owners SET expires = ? WHERE owner = ?", (time.time() + lease, owner)
-        )
+    def join(self, owner: str, lease: float) -> bool:
+        """Register ``owner`` for ``lease`` seconds, dropping expired owners and every claim
+        without a live owner; whether another live owner is registered (if not, ``owner``
+        is solo: it claims nothing until it sees one, :meth:`others`)."""
+        now = time.time()
+        with self._transaction() as conn:
+            conn.execute("DELETE FROM owners WHERE expires < ?", (now,))
+            for table in ("claims", "solo"):
+                conn.execute(f"DELETE FROM {table} WHERE owner NOT IN (SELECT owner FROM owners)")
+            (others,) = conn.execute(
+                "SELECT count(*) FROM owners WHERE owner != ?", (owner,)
+            ).fetchone()
+            conn.execute("INSERT OR REPLACE INTO owners VALUES (?, ?)", (owner, now + lease))
+            if not others:
+                conn.execute("INSERT OR REPLACE INTO solo VALUES (?)", (owner,))
+        return bool(others)
+
+    def others(self, owner: str) -> bool:
+        """Whether an owner other than ``owner`` holds a live lease (one indexed read)."""
+        row = self._conn.execute(
+            "SELECT 1 FROM owners WHERE owner != ? AND expires >= ? LIMIT 1", (owner, time.time())
+        ).fetchone()
+        return row is not None
+
+    def solo_owners(self, owner: str) -> int:
+        """How many live owners other than ``owner`` claim nothing yet (solo): a run that
+        joined with them waits until they have seen it, or their leases run out."""
+        (count,) = self._conn.execute(
+            "SELECT count(*) FROM solo JOIN owners USING (owner) WHERE owner != ? AND expires >= ?",
+            (owner, time.time()),
+        ).fetchone()
+        return int(count)
+
+    def renew(self, owner: str, lease: float, solo: bool = False) -> None:
+        """Extend ``owner``'s lease (every claim it holds) by ``lease`` seconds from now;
+        its rows come back (``solo``: as a solo owner) if ``cache clear`` dropped them."""
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT INTO owners VALUES (?, ?) ON CONFLICT (owner) DO UPDATE SET expires = "
+                "excluded.expires",
+                (owner, time.time() + lease),
+            )
+            if solo:
+                conn.execute("INSERT OR IGNORE INTO solo VALUES (?)", (owner,))
 
     def release(self, owner: str) -> None:
         """End ``owner``'s claims and lease (it closes): others take its keys over now."""
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute("DELETE FROM claims WHERE owner = ?", (owner,))
-            conn.execute("DELETE FROM owners WHERE owner = ?", (owner,))
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
+        with self._transaction() as conn:
+            for table in ("claims", "solo", "owners"):
+                conn.execute(f"DELETE FROM {table} WHERE owner = ?", (owner,))
 
     def stats(self) -> DiskStats:
         count, oldest, newest = self._conn.execute(
@@ -262,17 +314,12 @@ class DiskStore:
         )
 
     def clear(self) -> int:
-        """Delete every entry and give the space back; the number deleted."""
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        """Delete every entry, claim and owner (a crashed run's rows too; a live run's
+        lease comes back at its next renewal) and give the space back; the entries deleted."""
+        with self._transaction() as conn:
             (count,) = conn.execute("SELECT count(*) FROM results").fetchone()
-            conn.execute("DELETE FROM results")
-            conn.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            raise
+            for table in ("results", "claims", "owners", "solo"):
+                conn.execute(f"DELETE FROM {table}")
         # Giving the space back needs the file to itself: with a run reading it now, the
         # entries are gone all the same and the space is reused by the next entries.
         conn.execute("PRAGMA busy_timeout = 1000")
@@ -337,10 +384,12 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 
 #: Who is paying for a key now, and until when each owner's lease holds (renewed while
-#: it runs). An owner's row is dropped when it closes; a crashed one's runs out.
+#: it runs), and the owners that claim nothing yet (no other owner was live when they
+#: joined). An owner's rows are dropped when it closes; a crashed one's at the next join.
 _CLAIMS = (
     "CREATE TABLE claims (key BLOB PRIMARY KEY, owner TEXT NOT NULL) WITHOUT ROWID",
     "CREATE TABLE owners (owner TEXT PRIMARY KEY, expires REAL NOT NULL)",
+    "CREATE TABLE solo (owner TEXT PRIMARY KEY) WITHOUT ROWID",
 )
 
 
@@ -369,7 +418,7 @@ def _prepare(conn: sqlite3.Connection) -> None:
             found = "none" if row is None else row[0]
             raise _Unusable(f"it has cache format {found}, this engine writes {CACHE_FORMAT}")
         conn.execute("PRAGMA journal_mode = WAL")
-        if "owners" not in tables:  # made before claims: the same format, two tables more
+        if "solo" not in tables:  # made before claims: the same format, tables more
             for table in _CLAIMS:
                 conn.execute(table.replace("TABLE", "TABLE IF NOT EXISTS", 1))
     conn.execute("PRAGMA synchronous = NORMAL")

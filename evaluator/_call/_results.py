@@ -37,6 +37,18 @@ def example_key(example_id: Any) -> Any:
         return ("repr", repr(example_id))
 
 
+def repeat_of(result: Result) -> int:
+    """The pass of a repeated run that made ``result``: 0 for the first (and only) one."""
+    repeat = result.repeat
+    return 0 if repeat is msgspec.UNSET else repeat
+
+
+def result_key(result: Result) -> tuple[Any, int]:
+    """A result's identity in a results file: its example's :func:`example_key` and the
+    pass that made it (:func:`repeat_of`). A run without repeats has one per example."""
+    return example_key(result.example_id), repeat_of(result)
+
+
 ErrorKind = Literal[
     "program_error",
     "program_timeout",
@@ -144,6 +156,11 @@ class Result(msgspec.Struct, gc=False):
     """Taken from the result cache: the result of an earlier run of the same example,
     artifact, metric, program and models (its observation and judge usage are that
     run's: nothing was spent for it now)."""
+    repeat: int | msgspec.UnsetType = msgspec.UNSET
+    """Which pass of ``skynet-eval run --repeat K`` made it (1 to K-1; the first pass, and
+    every run without repeats, leave it unset, so it is not written: those results files
+    are byte-identical to ones written before repeats existed). Read it with
+    :func:`repeat_of`."""
 
     @property
     def ok(self) -> bool:

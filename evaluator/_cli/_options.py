@@ -321,6 +321,13 @@ def _add_model_arguments(models: Any) -> None:
     models.add_argument("--tpm", type=float, help="tokens per minute per model")
     models.add_argument("--price-input", type=float, help="USD per 1M input tokens (override)")
     models.add_argument("--price-output", type=float, help="USD per 1M output tokens (override)")
+    models.add_argument(
+        "--hedge",
+        type=float,
+        metavar="Q",
+        help="send a second copy of a --metric-model call that has waited past this quantile "
+        "of its recent latencies (0.95: the p95), within the rate budget (default: off)",
+    )
     _add_simulator_argument(models)
 
 
@@ -471,12 +478,14 @@ class ServingOptions:
     default_key_env: bool = False
     rpm: float | None = None
     tpm: float | None = None
+    hedge: float | None = None  # the metric model's (``ModelConfig.hedge``)
     simulator: SimulatorConfig | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, models: Sequence[ModelRequest]) -> Self:
         _positive(args.rpm, "rpm")
         _positive(args.tpm, "tpm")
+        _hedge_quantile(args.hedge, models)
         for request in models:
             _zero_or_more(request.price_input, "price_input")
             _zero_or_more(request.price_output, "price_output")
@@ -486,7 +495,23 @@ class ServingOptions:
             default_key_env=args.api_key_env is None,
             rpm=args.rpm,
             tpm=args.tpm,
+            hedge=args.hedge,
             simulator=_simulator_config(args.simulator),
+        )
+
+
+def _hedge_quantile(value: float | None, models: Sequence[ModelRequest]) -> None:
+    if value is None:
+        return
+    if not (math.isfinite(value) and 0.5 <= value < 1):
+        raise ConfigError(
+            f"must be a latency quantile, at least 0.5 and below 1 (0.95: the p95), got {value:g}",
+            option="hedge",
+            value=value,
+        )
+    if not any(request.role == "metric" for request in models):
+        raise ConfigError(
+            "needs --metric-model (it hedges the metric model's calls)", option="hedge"
         )
 
 
@@ -635,6 +660,9 @@ class RunOptions:
     cache: str | None = None
     cache_key_files: tuple[str, ...] = ()
     budget: Budget | None = None
+    repeat: int = 1
+    """``--repeat K``: K passes over the examples (epochs); the report shows how far each
+    example's score varies across them."""
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -648,6 +676,14 @@ class RunOptions:
         )
         parser.add_argument(
             "--resume", action="store_true", help="skip the examples already in --output"
+        )
+        parser.add_argument(
+            "--repeat",
+            type=int,
+            default=1,
+            metavar="K",
+            help="run every example K times (epochs); the report shows each example's "
+            "score variance across the K passes (default 1)",
         )
         parser.add_argument(
             "--force",
@@ -705,6 +741,7 @@ class RunOptions:
                 "files instead of refusing them)",
                 option="force",
             )
+        _run_repeat(args)
         metric = str(_file(args.metric, "--metric"))
         data = DataOptions.from_args(args)
         output, notes = _run_output(args.output, resume=args.resume, metric=metric)
@@ -723,16 +760,41 @@ class RunOptions:
             report=_report_file(args.report, output, inputs),
             timeout=timeout,
             program_timeout=program_timeout,
-            workers=args.workers,
-            concurrency=args.concurrency,
-            execution=args.execution,
-            program_execution=args.program_execution,
-            ray_address=validate_ray_address(args.ray_address),
-            serving=ServingOptions.from_args(args, _run_models(args)),
-            json=args.json,
-            cache=_cache_directory(args.cache),
-            cache_key_files=_cache_key_files(args.cache_key_file, args.cache),
+            **engine_fields(args),
             budget=_budget(args),
+            repeat=args.repeat,
+        )
+
+
+def engine_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The engine's fields of an options struct, read the same way for every command that
+    runs one (``run``, ``race``): its workers, executors, models and cache."""
+    return {
+        "workers": args.workers,
+        "concurrency": args.concurrency,
+        "execution": args.execution,
+        "program_execution": args.program_execution,
+        "ray_address": validate_ray_address(args.ray_address),
+        "serving": ServingOptions.from_args(args, _run_models(args)),
+        "json": args.json,
+        "cache": _cache_directory(args.cache),
+        "cache_key_files": _cache_key_files(args.cache_key_file, args.cache),
+    }
+
+
+def _run_repeat(args: argparse.Namespace) -> None:
+    """``--repeat K``: a whole number (as ``judges --repeat``), and not with ``--cache``,
+    whose hits would give every pass the first pass's result: K identical scores per
+    example, a variance of 0 that was never measured."""
+    from evaluator._judges._compare import MAX_REPEAT
+    from evaluator._judges._flags import _check_count
+
+    _check_count(args.repeat, "--repeat", MAX_REPEAT)
+    if args.repeat > 1 and args.cache is not None:
+        raise ConfigError(
+            f"--repeat {args.repeat} measures how an example's score varies from run to "
+            "run, and --cache would hand every repeat the first one's cached result (a "
+            "variance of 0 that was never measured): drop --cache, or use --repeat 1"
         )
 
 
@@ -875,6 +937,7 @@ _RUN_MODEL_ONLY = (
     "tpm",
     "price_input",
     "price_output",
+    "hedge",
 )
 
 
@@ -1128,6 +1191,12 @@ class SimulatorOptions:
             p.add_argument(f"--{kind}-rate", type=float, default=0.0, help=f"share of {what}")
         p.add_argument("--slow-ms", type=float, default=5000.0, help="delay of a slow reply")
         p.add_argument(
+            "--tail-share", type=float, default=0.0, help="share of replies slowed (a heavy tail)"
+        )
+        p.add_argument(
+            "--tail-factor", type=float, default=10.0, help="how many times slower (default 10)"
+        )
+        p.add_argument(
             "--pass-rate", type=float, default=0.5, help="share of PASS for hashed judge verdicts"
         )
         p.add_argument(
@@ -1180,6 +1249,8 @@ class SimulatorOptions:
             tpm=args.tpm,
             window_s=args.window,
             slow_ms=args.slow_ms,
+            tail_share=args.tail_share,
+            tail_factor=args.tail_factor,
             pass_rate=args.pass_rate,
             models={name: ModelSettings(**kw) for name, kw in args.models},
             api_key=args.api_key,

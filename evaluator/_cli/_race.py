@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from evaluator._exceptions import ConfigError
-from evaluator._options import validate_ray_address, validate_timeout
+from evaluator._options import validate_timeout
 
 from ._options import (
     DataOptions,
@@ -29,13 +29,11 @@ from ._options import (
     _add_data_arguments,
     _add_model_arguments,
     _artifact,
-    _cache_directory,
-    _cache_key_files,
     _file,
     _positive,
     _program_timeout,
-    _run_models,
     _same_file,
+    engine_fields,
 )
 
 if TYPE_CHECKING:
@@ -206,15 +204,7 @@ class RaceOptions:
             report=report,
             timeout=timeout,
             program_timeout=program_timeout,
-            workers=args.workers,
-            concurrency=args.concurrency,
-            execution=args.execution,
-            program_execution=args.program_execution,
-            ray_address=validate_ray_address(args.ray_address),
-            serving=ServingOptions.from_args(args, _run_models(args)),
-            json=args.json,
-            cache=_cache_directory(args.cache),
-            cache_key_files=_cache_key_files(args.cache_key_file, args.cache),
+            **engine_fields(args),
         )
 
 

@@ -83,6 +83,10 @@ class _Plan:
     sha256: str = ""
     ids: list[Any] = field(default_factory=list)
     done: set[Any] = field(default_factory=set)
+    #: ``--repeat K``: the passes over the examples, and the ids each later pass (1 to
+    #: K-1) has done already (``done`` is the first pass's).
+    repeat: int = 1
+    done_repeats: dict[int, set[Any]] = field(default_factory=dict)
     builder: ReportBuilder = field(default_factory=ReportBuilder)
     kept: list[Result] | None = None
     #: Why the contract check need not run again (a resume whose header says every
@@ -136,6 +140,8 @@ def _plan(options: RunOptions) -> _Plan:
         examples=examples,
         sha256=read.sha256,
         ids=[example.id for example in examples],
+        repeat=options.repeat,
+        builder=ReportBuilder(repeats=options.repeat),
     )
     if plan.total == 0:
         raise ConfigError(
@@ -205,10 +211,19 @@ def _results_file(options: RunOptions, plan: _Plan) -> Iterator[ResultsWriter | 
         force=options.force,
         dataset_ids=plan.ids,
         on_result=partial(plan.builder.add, resumed=True),
+        repeat=options.repeat,
     )
     with writer:
         _warn_all(resumed.notes)
         plan.done = resumed.done_ids
+        plan.done_repeats = resumed.done_repeats
+        passes = 1 + max(resumed.done_repeats, default=0)
+        if passes > options.repeat:
+            _warn(
+                f"{path} holds results of {passes} repeats and this run has --repeat "
+                f"{options.repeat}: the extra repeats' results stay in the file and are "
+                f"counted in the report; give --repeat {passes} to resume them all"
+            )
         if resumed.results and not resumed.legacy and not resumed.forced:
             plan.checked_before = (
                 f"contract check skipped: {path}'s header says the metric, program, "
@@ -284,7 +299,7 @@ async def _main(
     if ending.cancelled is not None:
         _say_what_was_kept(options, plan, report.n)
         raise ending.cancelled  # the reports are out: let the stop go on to the loop starter
-    incomplete = check_result_count(plan.total, report.n)
+    incomplete = check_result_count(plan.total * plan.repeat, report.n)
     if ending.write_error is None and incomplete is not None:
         # Never exit 0 for a run with fewer results than examples.
         print(f"skynet-eval run: error: {incomplete}", file=sys.stderr)
@@ -369,7 +384,8 @@ def _say_what_was_kept(options: RunOptions, plan: _Plan, kept: int) -> None:
         return
     how = "--resume" if not options.output_defaulted else f"--output {options.output} --resume"
     print(
-        f"skynet-eval run: stopped: {kept:,} of {plan.total:,} examples have results in "
+        f"skynet-eval run: stopped: {kept:,} of {plan.total * plan.repeat:,} "
+        f"{'examples' if plan.repeat == 1 else 'example repeats'} have results in "
         f"{options.output}; to go on, run the same command with {how}",
         file=sys.stderr,
     )
@@ -383,11 +399,16 @@ def _say(message: str, out: Console, json: bool) -> None:
         out.print(message, markup=False, soft_wrap=True)
 
 
-def _todo(plan: _Plan) -> Iterator[Example]:
-    if not plan.done:
+def _todo(plan: _Plan, repeat: int = 0) -> Iterator[Example]:
+    """The examples pass ``repeat`` has still to run (``--repeat``; 0: the first pass)."""
+    done = plan.done if not repeat else plan.done_repeats.get(repeat, set())
+    if not done:
         return iter(plan.examples)
-    done = plan.done
     return (ex for ex in plan.examples if ex.id not in done)
+
+
+def _done_count(plan: _Plan) -> int:
+    return len(plan.done) + sum(len(ids) for r, ids in plan.done_repeats.items() if r < plan.repeat)
 
 
 async def _evaluate(
@@ -398,18 +419,22 @@ async def _evaluate(
     checked: list[Result],
 ) -> _Ending:
     """Every example not done yet, each result written, counted and shown as it comes;
-    what ended it early, if anything did."""
+    what ended it early, if anything did. With ``--repeat K``, K passes one after the
+    other, each one stream (so an id is unique within a pass), its results marked with
+    the pass (:attr:`Result.repeat`)."""
     live = sys.stderr.isatty() and not options.json
-    handle = partial(_handle, writer=writer, plan=plan, ev=ev)
-    with RunProgress(plan.total, len(plan.done) - len(checked), live=live) as progress:
-        stream = ev.stream(options.artifact, _todo(plan))
+    total = plan.total * plan.repeat
+    with RunProgress(total, _done_count(plan) - len(checked), live=live) as progress:
         try:
             if checked:  # made by the check, before the clock started
-                handle(checked, progress, timed=False)
-            async with stream:
-                # Results arrive in chunks: write, count and display each at once.
-                async for batch in stream.batches():
-                    handle(batch, progress)
+                _handle(checked, progress, writer=writer, plan=plan, ev=ev, timed=False)
+            for repeat in range(plan.repeat):
+                handle = partial(_handle, writer=writer, plan=plan, ev=ev, repeat=repeat)
+                todo = _todo(plan, repeat)
+                async with ev.stream(options.artifact, todo) as stream:
+                    # Results arrive in chunks: write, count and display each at once.
+                    async for batch in stream.batches():
+                        handle(batch, progress)
         except ResultsWriteError as exc:
             # The disk failed: leaving the stream cancels the rest. The file holds whole
             # lines only; the report says what was written, the error how to resume.
@@ -430,7 +455,11 @@ def _handle(
     plan: _Plan,
     ev: Evaluator,
     timed: bool = True,
+    repeat: int = 0,
 ) -> None:
+    if repeat:
+        for result in batch:
+            result.repeat = repeat
     # Written first: a result is counted in the report only once it is in the file.
     if writer is not None:
         writer.write(batch)

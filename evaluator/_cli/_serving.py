@@ -99,6 +99,7 @@ def _config(request: ModelRequest, key_env: str | None, options: ServingOptions)
         ("tpm", options.tpm),
         ("price_input", request.price_input),
         ("price_output", request.price_output),
+        ("hedge", options.hedge if request.role == "metric" else None),
     ):
         if value is not None:  # unset: the ModelConfig default
             fields[name] = value

@@ -71,6 +71,7 @@ _SETTINGS: dict[str, _Key] = {
     "temperature": _Key("number", "the sampling temperature", "0.0"),
     "max_tokens": _Key("int", "the reply's token limit", "256"),
     "reasoning_effort": _Key("effort", "the reasoning effort", '"low"'),
+    "hedge": _Key("number", "a second copy of a call slower than this latency quantile", "0.95"),
 }
 _MODEL_ONLY: dict[str, _Key] = {
     "name": _Key("str", "the model's name as the server knows it", '"gpt-4.1-mini"'),

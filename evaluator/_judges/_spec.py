@@ -61,6 +61,7 @@ _CONFIG_FIELDS = (
     "temperature",
     "max_tokens",
     "reasoning_effort",
+    "hedge",
 )
 
 
@@ -91,6 +92,7 @@ class JudgeSpec(msgspec.Struct, frozen=True, kw_only=True):
     temperature: float | None = None
     max_tokens: int | None = None
     reasoning_effort: str | None = None
+    hedge: float | None = None
     source: str = ""
     simulated: bool = False
 

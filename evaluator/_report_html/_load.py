@@ -30,7 +30,7 @@ from typing import Any
 
 import msgspec
 
-from .._call._results import Observation, Result, Usage, example_key
+from .._call._results import Observation, Result, Usage, example_key, result_key
 from .._exceptions import ResultsFileError
 from .._fingerprint import FORMAT_VERSION, HEADER_KEY
 
@@ -304,7 +304,7 @@ def _header(path: str, number: int, value: dict[str, Any]) -> dict[str, Any]:
 def _refuse_duplicates(path: str | None, results: list[Result], numbers: list[int] | None) -> None:
     seen: dict[Any, int] = {}
     for index, result in enumerate(results):
-        key = example_key(result.example_id)
+        key = result_key(result)  # one per id, or per (id, pass) of `run --repeat`
         first = seen.setdefault(key, index)
         if first != index:
             if numbers is not None:
@@ -314,7 +314,8 @@ def _refuse_duplicates(path: str | None, results: list[Result], numbers: list[in
             raise ResultsFileError(
                 path,
                 line,
-                f"example id {result.example_id!r} has two results ({where}): two runs wrote "
+                f"example id {result.example_id!r} has two results"
+                f"{f' in repeat {key[1]}' if key[1] else ''} ({where}): two runs wrote "
                 "one file at once, or two files were joined",
                 "keep one result per example id (a report counts each example once)",
             )

@@ -19,8 +19,8 @@ from typing import Any
 
 import msgspec
 
-from .._call._results import ERROR_KINDS, Result
-from .._report import ReportBuilder
+from .._call._results import ERROR_KINDS, Result, repeat_of
+from .._report import RepeatSummary, ReportBuilder
 from .._stats import percentiles
 
 __all__ = [
@@ -111,6 +111,8 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     error_groups: list[ErrorGroup]
     wall_s: float | None = None
     throughput: float | None = None
+    repeats: RepeatSummary | None = None
+    """Each example's score variance over the passes of ``run --repeat K``."""
 
     @property
     def error_count(self) -> int:
@@ -260,7 +262,8 @@ def summarize(results: Sequence[Result], meta: Mapping[str, Any] | None = None) 
     (``math.fsum``, where the live builder keeps running sums that agree to rounding); and
     it adds what only a page shows: distributions, error groups, why costs went
     unmeasured."""
-    builder = ReportBuilder()
+    passes = 1 + max((repeat_of(r) for r in results), default=0)
+    builder = ReportBuilder(repeats=passes)
     builder.add_many(results)
     run = builder.build(wall_s=0.0)
     # Column by column (comprehensions), which is several times faster than one loop
@@ -306,6 +309,7 @@ def summarize(results: Sequence[Result], meta: Mapping[str, Any] | None = None) 
         error_groups=error_groups(results),
         wall_s=wall,
         throughput=throughput,
+        repeats=run.repeats,
     )
 
 

@@ -7,6 +7,7 @@ and ``--json`` can skip them; ``evaluator._cli._output`` prints them, as it prin
 
 from __future__ import annotations
 
+from .._report import repeat_rows
 from ._compare import Comparison
 from ._html import delta_, ms_, n_, score_, usd_
 from ._stats import Distribution, RunSummary
@@ -28,6 +29,8 @@ def summary_rows(s: RunSummary) -> list[tuple[str, str]]:
     )
     rows.append((f"mean score (ok, n={n_(s.ok)})", score_(s.mean_score_ok)))
     rows += [(f"  {m.name} (n={n_(m.count)})", score_(m.mean)) for m in s.named]
+    if s.repeats is not None:
+        rows += repeat_rows(s.repeats)
     if s.program_ms.count:
         rows.append(("program latency p50 / p95 / p99", _percentiles(s.program_ms)))
     if s.metric_ms.count:

@@ -73,6 +73,8 @@ class SimulatorConfig(msgspec.Struct, frozen=True, kw_only=True):
 
     ``latency_ms`` plus a uniform draw in ``[0, jitter_ms]`` delays each reply.
     ``slow_rate`` requests are delayed ``slow_ms`` instead (past a client's timeout).
+    ``tail_share`` of the replies (a draw of their own, seeded: the same run slows the same
+    requests) take ``tail_factor`` times their latency: a heavy tail, for hedged calls.
     ``models`` maps a model name to its settings (a :class:`ModelSettings`, or a dict of
     its fields, converted and checked here); when it is not empty, other model names get
     404. ``api_key`` (None: none) is required as a Bearer token when set.
@@ -104,6 +106,8 @@ class SimulatorConfig(msgspec.Struct, frozen=True, kw_only=True):
     insufficient_quota_rate: float = 0.0
     slow_rate: float = 0.0
     slow_ms: float = 5_000.0
+    tail_share: float = 0.0
+    tail_factor: float = 10.0
     malformed_rate: float = 0.0
     drop_rate: float = 0.0
     pass_rate: float = 0.5
@@ -136,6 +140,18 @@ class SimulatorConfig(msgspec.Struct, frozen=True, kw_only=True):
                 raise ModelConfigError(
                     f"`{name}` must be positive, got {value!r}", field=name, value=value
                 )
+        if not 0.0 <= self.tail_share <= 1.0:
+            raise ModelConfigError(
+                f"`tail_share` must be between 0 and 1, got {self.tail_share!r}",
+                field="tail_share",
+                value=self.tail_share,
+            )
+        if not (math.isfinite(self.tail_factor) and self.tail_factor >= 1):
+            raise ModelConfigError(
+                f"`tail_factor` must be 1 or more (10: ten times slower), got {self.tail_factor!r}",
+                field="tail_factor",
+                value=self.tail_factor,
+            )
         if not (math.isfinite(self.window_s) and self.window_s > 0):
             raise ModelConfigError(
                 f"`window_s` must be positive, got {self.window_s!r}",

@@ -98,6 +98,8 @@ class Simulator:
         # One generator for faults and jitter, drawn in a fixed order: a seed replays a run.
         self._rng = random.Random(self.config.seed)
         self._fault_draw = FaultDraw(self.config, self._rng)
+        # The tail's own generator: turning it on leaves the faults' and jitter's draws.
+        self._tail_rng = random.Random(f"tail:{self.config.seed}")
         self._limits = RateLimits(self.config.rpm, self.config.tpm, self.config.window_s)
         self._prompt_cache = SystemPromptCache(enabled=self.config.cache_system_prompts)
         self._server: HttpServer | None = None
@@ -408,6 +410,8 @@ class Simulator:
             delay = cfg.slow_ms
         else:
             delay = latency + (self._rng.uniform(0, jitter) if jitter else 0.0)
+            if scripted is None and cfg.tail_share and self._tail_rng.random() < cfg.tail_share:
+                delay *= cfg.tail_factor
             capacity = cfg.capacity
             if capacity is not None and self._in_flight > capacity:
                 delay *= self._in_flight / capacity  # the server shares itself out

@@ -23,12 +23,12 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
         "bench_e2e.py",
         # The in-flight scenarios (not in its default run); the dspy one is too slow here.
         "bench_e2e.py --only slow-judge,overload",
+        # Race, budget and dedup (and hedging, when it lands): one file, every section.
         "bench_economics.py",
         "bench_fair.py",
         "bench_faults.py",
         "bench_llm.py",
         "bench_pipeline.py",
-        "bench_race.py",
         "bench_tracing.py",
         # Its CLI runs and the dspy contender start whole interpreters: two sections only.
         "bench_sdk.py --only overhead,rpm",

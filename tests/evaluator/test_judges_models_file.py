@@ -89,6 +89,15 @@ class TestLoadModelsFile:
             0.0,
         )
 
+    def test_hedge_reaches_the_client_config(self, tmp_path: Path) -> None:
+        """``hedge = 0.95`` (a model's or its provider's) hedges that model's calls."""
+        from llm_client import Hedge
+
+        text = GOOD.replace('name = "gpt-4.1"\n', 'name = "gpt-4.1"\nhedge = 0.95\n')
+        mini, large, _ = load_models_file(write(tmp_path, text))
+        assert large.config().hedge == Hedge(quantile=0.95)
+        assert mini.config().hedge is None
+
     def test_json_same_as_toml(self, tmp_path: Path) -> None:
         """The JSON form of a file gives the same judges as its TOML form (sources aside)."""
         import tomllib
@@ -179,6 +188,10 @@ class TestLoadModelsFile:
             (
                 '[[models]]\nname = "m"\ntemperature = 3\n',
                 [":3:", "`temperature` must be between 0 and 2"],
+            ),
+            (
+                '[[models]]\nname = "m"\nhedge = 1.5\n',
+                [":3:", "`hedge` quantile must be at least 0.5 and below 1"],
             ),
             (
                 '[[models]]\nname = "m"\nreasoning_effort = "hgh"\n',

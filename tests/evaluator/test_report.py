@@ -165,3 +165,38 @@ class TestHowItRan:
         assert dict(report_rows(report))["metric executor"] == "process x3: option `execution`"
         decoded = msgspec.json.decode(msgspec.json.encode(report), type=Report)
         assert decoded.executors == executors and decoded.model_budgets == budgets
+
+    def test_model_budget_row_shows_hedging(self) -> None:
+        """A hedged model's budget row says the hedges sent and won, the extra calls and
+        the extra spend, unmeasured with the reason when a copy was cancelled in flight."""
+        from llm_client import HedgeStatistics
+
+        hedging = HedgeStatistics(
+            quantile=0.95,
+            threshold_s=0.2,
+            samples=200,
+            calls=400,
+            hedges_sent=12,
+            hedges_won=9,
+            refused=3,
+            extra_cost_usd=None,
+            extra_cost_note="12 copies cancelled in flight",
+        )
+        budget = ModelBudget(
+            model="judge-1",
+            roles=("judge",),
+            max_concurrency=64,
+            rpm=None,
+            tpm=None,
+            source="none",
+            hedging=hedging,
+        )
+        report = ReportBuilder().build(model_budgets=(budget,))
+        row = dict(report_rows(report))["model budget: judge-1 (judge)"]
+        assert row == (
+            "64 in flight, no rpm/tpm limit (none); hedged past p95: 12 of 400 calls "
+            "(+3.0% calls), 9 won, 3 refused by the rate budget; extra spend unmeasured: "
+            "12 copies cancelled in flight"
+        )
+        decoded = msgspec.json.decode(msgspec.json.encode(report), type=Report)
+        assert decoded.model_budgets == (budget,)

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from evaluator._cache import DiskStore
+from evaluator._cli import main
 from evaluator._models import Models
 from evaluator._pipeline import Evaluator
 from llm_client import ModelConfig, Simulator, SimulatorConfig
@@ -209,7 +210,7 @@ class TestOneEvaluator:
         program = write(tmp_path, "program.py", PROGRAM)
         metric = write(tmp_path, "judge.py", JUDGE)
         async with Evaluator(metric, program, models=models(sim), cache=True) as ev:
-            first, second = await ev.evaluate_many("Answer.", rows(1) * 2)
+            first, second = await ev.evaluate_many("Answer.", rows(1) * 2, unique_ids=False)
         assert sim.statistics().requests == 2
         assert first.ok and second.ok and first.score == second.score
         assert [first.cached, second.cached].count(True) == 1
@@ -265,6 +266,10 @@ class TestAcrossProcesses:
         metric = write(tmp_path / "metric", "blocking.py", BLOCKING)
         holder = write(tmp_path / "holder", "holder.py", HOLDER)
         cache = tmp_path / "cache"
+        # Another live owner on the file (the test, claiming): the holder claims there.
+        witness = DiskStore.open(cache)
+        assert witness.join("witness", 300) is False
+        witness.write(owner="witness", share=True)
         proc = subprocess.Popen(
             [sys.executable, str(holder), str(metric), str(cache), "5"],
             stdout=subprocess.PIPE,
@@ -290,6 +295,82 @@ class TestAcrossProcesses:
                 async with Evaluator(metric, cache=cache, execution="inline") as ev:
                     return await ev.evaluate_many("a", scored(5)), ev.cache_statistics()
 
-        results, stats = asyncio.run(take_over())
+        try:
+            results, stats = asyncio.run(take_over())
+        finally:
+            witness.release("witness")
+            witness.close()
         assert all(r.ok and not r.cached for r in results)
         assert stats is not None and stats.taken_over >= 1 and stats.stored == 5
+
+
+class TestSoloOwner:
+    """A claim in the file is a write transaction: made only while another run shares it."""
+
+    async def test_lone_owner_claims_nothing_in_the_file(self, tmp_path: Path) -> None:
+        """One run on a cache directory: every result stored, no claim row written."""
+        metric = write(tmp_path, "blocking.py", BLOCKING)
+        async with Evaluator(metric, cache=tmp_path / "cache", execution="inline") as ev:
+            results = await ev.evaluate_many("a", scored(30))
+            stats = ev.cache_statistics()
+        assert all(r.ok for r in results)
+        assert stats is not None and stats.stored == 30 and stats.claims_written == 0
+
+    async def test_second_owner_makes_claims_start(
+        self, tmp_path: Path, gate: types.SimpleNamespace
+    ) -> None:
+        """A solo run is paying for a key when a second run opens on the cache: the second
+        opens only once the first has claimed that key in the file, waits for it instead of
+        paying, and the first claims every key from then on."""
+        metric = write(tmp_path, "gated.py", GATED)
+        cache = tmp_path / "cache"
+        async with asyncio.timeout(60):
+            async with Evaluator(metric, cache=cache, execution="inline") as first:
+                paying = asyncio.create_task(first.evaluate_many("a", scored(1)))
+                await asyncio.to_thread(gate.started.wait, 30)
+                before = first.cache_statistics()
+                async with Evaluator(metric, cache=cache, execution="inline") as second:
+                    after = first.cache_statistics()
+                    waiting = on_wait(second)
+                    waiter = asyncio.create_task(second.evaluate_many("a", scored(1)))
+                    await waiting.wait()
+                    gate.go.set()
+                    (paid,), (shared,) = await paying, await waiter
+                    await first.evaluate_many("a", scored(4))  # three new keys
+                    firsts, seconds = first.cache_statistics(), second.cache_statistics()
+        assert before is not None and before.claims_written == 0
+        assert after is not None and after.claims_written == 1  # the key it was paying for
+        assert paid.ok and not paid.cached and shared.ok and shared.cached
+        assert gate.calls == [0, 1, 2, 3]
+        assert seconds is not None and seconds.shared == 1
+        assert firsts is not None and firsts.claims_written == 4
+
+    def test_expired_owners_rows_go_at_open_and_clear_removes_claims(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """A crashed owner's claims stay until the next open drops them (its lease over);
+        `cache clear` removes every claim and owner row."""
+        cache = tmp_path / "cache"
+
+        def count(store: DiskStore, table: str) -> int:
+            return int(store._conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+
+        store = DiskStore.open(cache)
+        try:
+            store.join("live", 300)
+            store.write(claims=[b"j" * 16], owner="live", lease=300, share=True)
+            store.join("crashed", -1.0)  # its lease already over
+            store.write(claims=[b"k" * 16], owner="crashed", lease=-1.0, share=True)
+            assert (count(store, "claims"), count(store, "owners")) == (2, 2)
+            assert store.join("next", 300) is True  # "live" is still live
+            assert store._conn.execute("SELECT owner FROM claims").fetchall() == [("live",)]
+            assert count(store, "owners") == 2
+        finally:
+            store.close()
+        assert main(["cache", "clear", str(cache)]) == 0
+        capsys.readouterr()
+        store = DiskStore.open(cache)
+        try:
+            assert [count(store, t) for t in ("claims", "owners", "solo")] == [0, 0, 0]
+        finally:
+            store.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,9 @@ CASES = [
     ([*RUN, "--model", "m", "--tpm", "-1"], "--tpm must be positive, got -1"),
     ([*RUN, "--price-input", "1"], "--price-input needs a model"),
     ([*RUN, "--price-output", "1"], "--price-output needs a model"),
+    ([*RUN, "--hedge", "0.95"], "--hedge needs a model"),
+    ([*RUN, "--model", "m", "--hedge", "0.95"], "--hedge needs --metric-model (it hedges the metric model's calls)"),
+    ([*RUN, "--metric-model", "m", "--hedge", "1.5"], "--hedge must be a latency quantile, at least 0.5 and below 1 (0.95: the p95), got 1.5"),
     ([*RUN, "--model", "m", "--price-input", "-1"], "--price-input must be zero or more, got -1"),
     ([*RUN, "--model", "m", "--price-output", "inf"], "--price-output must be zero or more, got inf"),
     ([*RUN, "--model", "m", "--simulator", "nope.json"], "--simulator: no such file 'nope.json'"),
@@ -136,6 +140,7 @@ CASES = [
     (["simulator", "--host", "10.1.2.3"], "`host` must be a loopback address"),
     (["simulator", "--latency-ms", "-1"], "`latency_ms` must be zero or more, got -1.0"),
     (["simulator", "--window", "0"], "`window_s` must be positive, got 0.0"),
+    (["simulator", "--tail-share", "2"], "`tail_share` must be between 0 and 1, got 2.0"),
     (["simulator", "--slow-rate", "0.6", "--drop-rate", "0.6"], "the fault rates add up to 1.2"),
 ]  # fmt: skip
 
@@ -227,7 +232,7 @@ class TestRunOptions:
         assert (got.workers, got.concurrency) == (3, 20)
         assert (got.execution, got.program_execution, got.json) == ("thread", "async", True)
         assert got.serving.models == () and not got.resume
-        assert got.output is not None and Path(got.output).name.endswith("-metric.jsonl")
+        assert got.output is not None and re.search(r"-metric(-\d+)?\.jsonl$", got.output)
         with pytest.raises(dataclasses.FrozenInstanceError):
             got.timeout = 1  # type: ignore[misc]
 

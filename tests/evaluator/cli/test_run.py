@@ -293,6 +293,39 @@ class TestJudgeMetric:
         assert {r["score"] for r in rows} == {0.0, 1.0}
         assert all(r["feedback"].startswith(("PASS", "FAIL")) for r in rows)
 
+    def test_hedge_on_the_metric_model(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """--hedge Q against a simulator with a heavy tail: the model budget row shows the
+        hedges, each hedged example counts two calls, and its cost is unmeasured with the
+        reason when a copy was cancelled in flight (it may be billed), never a partial sum."""
+        sim = tmp_path / "sim.json"
+        sim.write_text(
+            json.dumps({"seed": 5, "latency_ms": 20, "tail_share": 0.3, "tail_factor": 20})
+        )
+        out = tmp_path / "r.jsonl"
+        args = [
+            "run", "--metric", str(JUDGE), "--data", str(JUDGES / "data.jsonl"),
+            "--metric-model", "judge-1", "--simulator", str(sim), "--hedge", "0.6",
+            "--price-input", "0.15", "--price-output", "0.6", "--concurrency", "1",
+            "--output", str(out),
+        ]  # fmt: skip
+        assert main(args) == 0
+        text = capsys.readouterr().out
+        assert "hedged past p60:" in text
+        rows = results(out)
+        assert len(rows) == 40 and all(r["error"] is None for r in rows)
+        hedged = [r for r in rows if r["judge"]["llm_calls"] == 2]
+        assert hedged, "no call was hedged"
+        assert all(r["judge"]["llm_calls"] == 1 for r in rows[:20])  # the ring filling
+        for row in hedged:  # measured only when both copies replied (a rare tie)
+            judge = row["judge"]
+            if judge["cost_usd"] is None:
+                assert any("hedged copy was cancelled" in n for n in judge["notes"])
+            else:
+                assert judge["cost_usd"] > 0
+        assert any(r["judge"]["cost_usd"] is None for r in hedged)
+
     @pytest.mark.process
     def test_thread_and_process_agree(self, tmp_path: Path) -> None:
         """Deterministic replies: the same verdicts whichever executor runs the judge."""

@@ -48,6 +48,20 @@ class TestServing:
             ),
         }
 
+    def test_hedge_goes_to_the_metric_model_only(self) -> None:
+        """--hedge Q hedges the metric model's calls at that quantile, not the program's."""
+        from llm_client import Hedge
+
+        serving = Serving(
+            ServingOptions(
+                models=(ModelRequest("program", "p"), ModelRequest("metric", "j")),
+                api_key_env=None,
+                hedge=0.9,
+            )
+        )
+        assert serving.configs["metric"].hedge == Hedge(quantile=0.9)
+        assert serving.configs["program"].hedge is None
+
     def test_a_missing_key_names_the_variable_the_model_and_the_fix(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
