@@ -21,6 +21,7 @@ and the project's simulator:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import textwrap
@@ -290,8 +291,12 @@ class Provider:
                     self.received.append(b"")
 
     def close(self) -> None:
+        # close() alone does not wake a thread blocked in accept() on Linux; shutdown does.
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
         self._thread.join(10)
+        assert not self._thread.is_alive(), "the provider's thread did not end"
 
 
 @pytest.fixture
