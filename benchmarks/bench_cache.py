@@ -36,11 +36,11 @@ sys.path.insert(0, str(ROOT / "examples" / "gepa"))
 
 from evaluator import load_examples  # noqa: E402
 from evaluator._cache import KeyMaker, ResultCache  # noqa: E402
-from evaluator._dataset import Example  # noqa: E402
-from evaluator._loader import load_metric  # noqa: E402
+from evaluator._call._loader import load_metric  # noqa: E402
+from evaluator._call._results import Observation, Result, Usage  # noqa: E402
+from evaluator._data._dataset import Example  # noqa: E402
 from evaluator._models import Models  # noqa: E402
 from evaluator._pipeline import Evaluator  # noqa: E402
-from evaluator._results import Observation, Result, Usage  # noqa: E402
 from llm_client import ModelConfig, Simulator, SimulatorConfig  # noqa: E402
 
 CLASSIFY = ROOT / "examples" / "classify"

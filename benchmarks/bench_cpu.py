@@ -34,9 +34,9 @@ from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # dspy: no network at import
 
-from evaluator._calls import ScoreCall
+from evaluator._call._calls import ScoreCall
+from evaluator._call._loader import load_function
 from evaluator._executors._process._executor import ProcessExecutor
-from evaluator._loader import load_function
 
 CPU_METRIC = """
 LOOPS = {loops}
@@ -63,7 +63,7 @@ def score(input, output, expected=None):
 CEILING_LOOP = """
 import sys, time
 sys.path.insert(0, sys.argv[1])
-from evaluator._loader import load_function
+from evaluator._call._loader import load_function
 fn = load_function(sys.argv[2], "score").fn
 n = int(sys.argv[3])
 args = ({"q": "x"}, "a", {"answer": "a"})

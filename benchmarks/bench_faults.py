@@ -49,12 +49,12 @@ from faultmix import (  # noqa: E402
     write_files,
 )
 
-from evaluator._calls import ScoreCall  # noqa: E402
+from evaluator._call._calls import ScoreCall  # noqa: E402
+from evaluator._call._loader import load_function  # noqa: E402
+from evaluator._call._results import ERROR_KINDS, Result  # noqa: E402
 from evaluator._executors._process._executor import ProcessExecutor  # noqa: E402
-from evaluator._loader import load_function  # noqa: E402
 from evaluator._pipeline import Evaluator  # noqa: E402
 from evaluator._report import ReportBuilder  # noqa: E402
-from evaluator._results import ERROR_KINDS, Result  # noqa: E402
 
 
 async def bench(n: int, smoke: bool, workers: int, timeout: float) -> int:

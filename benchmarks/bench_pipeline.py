@@ -41,10 +41,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evaluator._contract import validate_return  # noqa: E402
-from evaluator._dataset import Example  # noqa: E402
+from evaluator._call._contract import validate_return  # noqa: E402
+from evaluator._call._results import Result  # noqa: E402
+from evaluator._data._dataset import Example  # noqa: E402
 from evaluator._pipeline import Evaluator  # noqa: E402
-from evaluator._results import Result  # noqa: E402
 
 EXACT = """
 def score(input, output, expected=None):
@@ -135,7 +135,7 @@ def bench_cheap(folder: Path, n: int) -> dict[str, float]:
 _MEMORY_CHILD = """
 import asyncio, resource, sys
 sys.path.insert(0, {root!r})
-from evaluator._dataset import Example
+from evaluator._data._dataset import Example
 from evaluator._pipeline import Evaluator
 
 def rows(n):

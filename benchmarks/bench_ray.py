@@ -37,10 +37,10 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 import psutil
 
 from evaluator import Evaluator
-from evaluator._calls import ScoreCall
+from evaluator._call._calls import ScoreCall
+from evaluator._call._loader import load_function
 from evaluator._executors._process._executor import ProcessExecutor
 from evaluator._executors._ray._executor import RayExecutor
-from evaluator._loader import load_function
 
 METRIC = """
 import ctypes, os, time

@@ -106,7 +106,7 @@ async def _rates(execution: str, n: int, reps: int) -> dict[str, dict[str, Any]]
     one's chunk sizer settled on its own chunk size, which moved throughput by more than
     tracing does.
     """
-    from evaluator._dataset import Example
+    from evaluator._data._dataset import Example
     from evaluator._pipeline import Evaluator
     from evaluator._telemetry import Telemetry
 

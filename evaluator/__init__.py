@@ -8,6 +8,19 @@ costs little (it imports only ``_fingerprint``, whose audit hook notes the files
 code reads, for the result cache's key), and a worker process, which imports a few of
 the engine's modules, never runs the whole engine's imports. Type checkers read the
 explicit re-exports below.
+
+Layout (sub-packages; docs/architecture.md lists the flat modules too):
+
+- ``_call/``: the call layer, one user call in every executor; all a worker imports
+- ``_data/``: the dataset files read into rows, and rows into ``Example`` values
+- ``_executors/``: where user calls run: async, thread, inline, process, ray
+- ``_pipeline/``: the ``Evaluator``, the flow that feeds the executors, result assembly
+- ``_cache/``: the result cache: the key, the memory and the disk tiers
+- ``_sdk/``: the user's own model SDKs, routed through the engine's model client
+- ``_judges/``: ``skynet-eval judges``: judge comparison, agreement, the plot
+- ``_optimizers/``: the GEPA and DSPy adapters behind ``evaluator.gepa`` and ``.dspy``
+- ``_report_html/``: ``skynet-eval report``: the HTML page, run-to-run comparison
+- ``_cli/``: the command line
 """
 
 import importlib
@@ -20,12 +33,21 @@ from . import _fingerprint as _fingerprint
 if typing.TYPE_CHECKING:
     from ._cache import CacheStatistics as CacheStatistics
     from ._cache import CacheWarning as CacheWarning
+    from ._call._contract import validate_return as validate_return
+    from ._call._loader import UserFunction as UserFunction
+    from ._call._loader import load_metric as load_metric
+    from ._call._loader import load_program as load_program
+    from ._call._results import ERROR_KINDS as ERROR_KINDS
+    from ._call._results import ErrorInfo as ErrorInfo
+    from ._call._results import Observation as Observation
+    from ._call._results import Result as Result
+    from ._call._results import Scored as Scored
+    from ._call._results import Usage as Usage
     from ._check import CheckStep as CheckStep
     from ._check import ContractReport as ContractReport
     from ._check import check_contract as check_contract
-    from ._contract import validate_return as validate_return
-    from ._dataset import Example as Example
-    from ._dataset import load_examples as load_examples
+    from ._data._dataset import Example as Example
+    from ._data._dataset import load_examples as load_examples
     from ._exceptions import ConfigError as ConfigError
     from ._exceptions import ContractError as ContractError
     from ._exceptions import DatasetError as DatasetError
@@ -43,9 +65,6 @@ if typing.TYPE_CHECKING:
     from ._judges import JudgeRow as JudgeRow
     from ._judges import JudgesReport as JudgesReport
     from ._judges import compare_judges as compare_judges
-    from ._loader import UserFunction as UserFunction
-    from ._loader import load_metric as load_metric
-    from ._loader import load_program as load_program
     from ._models import Budget as Budget
     from ._models import Models as Models
     from ._models import ModelStatistics as ModelStatistics
@@ -70,12 +89,6 @@ if typing.TYPE_CHECKING:
     from ._report_html import compare_results as compare_results
     from ._report_html import load_results_file as load_results_file
     from ._report_html import write_html_report as write_html_report
-    from ._results import ERROR_KINDS as ERROR_KINDS
-    from ._results import ErrorInfo as ErrorInfo
-    from ._results import Observation as Observation
-    from ._results import Result as Result
-    from ._results import Scored as Scored
-    from ._results import Usage as Usage
     from ._storable import StoreChange as StoreChange
     from ._store import ResultsWriter as ResultsWriter
     from ._store import Resumed as Resumed
@@ -90,9 +103,9 @@ _WHERE = {
     "CheckStep": "._check",
     "ContractReport": "._check",
     "check_contract": "._check",
-    "validate_return": "._contract",
-    "Example": "._dataset",
-    "load_examples": "._dataset",
+    "validate_return": "._call._contract",
+    "Example": "._data._dataset",
+    "load_examples": "._data._dataset",
     "ConfigError": "._exceptions",
     "ContractError": "._exceptions",
     "DatasetError": "._exceptions",
@@ -110,9 +123,9 @@ _WHERE = {
     "JudgeRow": "._judges",
     "JudgesReport": "._judges",
     "compare_judges": "._judges",
-    "UserFunction": "._loader",
-    "load_metric": "._loader",
-    "load_program": "._loader",
+    "UserFunction": "._call._loader",
+    "load_metric": "._call._loader",
+    "load_program": "._call._loader",
     "OutputCheck": "._outpath",
     "check_output_path": "._outpath",
     "Budget": "._models",
@@ -137,12 +150,12 @@ _WHERE = {
     "compare_results": "._report_html",
     "load_results_file": "._report_html",
     "write_html_report": "._report_html",
-    "ERROR_KINDS": "._results",
-    "ErrorInfo": "._results",
-    "Observation": "._results",
-    "Result": "._results",
-    "Scored": "._results",
-    "Usage": "._results",
+    "ERROR_KINDS": "._call._results",
+    "ErrorInfo": "._call._results",
+    "Observation": "._call._results",
+    "Result": "._call._results",
+    "Scored": "._call._results",
+    "Usage": "._call._results",
     "StoreChange": "._storable",
     "ResultsWriter": "._store",
     "Resumed": "._store",

@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ._dataset import Example, examples_from_rows
+from ._call._loader import UserFunction, load_metric, load_program
+from ._call._results import Result
+from ._data._dataset import Example, examples_from_rows
 from ._exceptions import (
     STEP_FILE,
     STEP_PROGRAM_FILE,
@@ -30,9 +32,7 @@ from ._exceptions import (
     STEP_SIGNATURE,
     ContractError,
 )
-from ._loader import UserFunction, load_metric, load_program
 from ._options import validate_timeout
-from ._results import Result
 
 if TYPE_CHECKING:
     from ._pipeline import Evaluator

@@ -29,7 +29,7 @@ stays on the exception as attributes, and every one pickles itself whole
         └── InvalidReturn (TypeError)    the step "Metric return value"
 
 During a run a failed call is never raised: it becomes that example's ``ErrorInfo``,
-built in :mod:`evaluator._failures`, which names every failure kind and words its message.
+built in :mod:`evaluator._call._failures`, which names every failure kind and words its message.
 Only the contract check raises ``ContractError`` (and ``InvalidReturn`` is how the return
 value's validator reports to both). Model calls fail with ``llm_client.LLMError``; the
 model client's own usage errors (``ModelConfigError``, ``ClientClosedError``) are never

@@ -9,9 +9,9 @@ import msgspec
 
 from reward import Components, RewardSpec, combine, components, parse_spec
 
-from ._context import LLMBridge, current
+from ._call._context import LLMBridge, current
+from ._call._results import Observation
 from ._exceptions import OutsideCallError
-from ._results import Observation
 
 __all__ = ["allm", "llm", "observation", "reward", "service_cost"]
 

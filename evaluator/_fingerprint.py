@@ -48,7 +48,7 @@ from typing import Any
 
 import msgspec
 
-from ._dataset import Selection
+from ._data._dataset import Selection
 
 __all__ = [
     "FORMAT_VERSION",

@@ -25,9 +25,9 @@ import msgspec
 
 from llm_client import BudgetExhaustedError, ModelConfig, Redactor, Share, Spend
 
-from ._context import Stage
+from ._call._context import Stage
+from ._call._results import Observation, Usage
 from ._report import ModelBudget
-from ._results import Observation, Usage
 from ._scrub import ResultScrubber
 
 if TYPE_CHECKING:

@@ -26,9 +26,9 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from ._call._results import Result
 from ._exceptions import ConfigError, ResultsFileError
 from ._report import result_cost
-from ._results import Result
 
 __all__ = [
     "RaceCandidate",

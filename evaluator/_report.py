@@ -27,7 +27,7 @@ import msgspec
 
 from llm_client import HedgeStatistics
 
-from ._results import ERROR_KINDS, Observation, Result, Usage, result_key
+from ._call._results import ERROR_KINDS, Observation, Result, Usage, result_key
 from ._stats import percentiles
 
 __all__ = [
@@ -407,7 +407,7 @@ class RepeatSummary(msgspec.Struct, frozen=True, kw_only=True):
     with fewer than K results: a stopped run). A failed example counts at the failure
     score, as in the report's mean over all. ``mean_std``: the mean over examples of the
     sample standard deviation of an example's K scores
-    (:func:`evaluator._agreement.within_std`); ``changed``: the share of examples whose
+    (:func:`evaluator._judges._agreement.within_std`); ``changed``: the share of examples whose
     score was not the same in every pass; ``mean``: the mean over examples of each
     example's mean score, with ``mean_ci`` its 95% bootstrap interval over examples
     (:func:`evaluator._stats.bootstrap_mean_ci`, seed 0). None where no example was
@@ -425,7 +425,7 @@ class RepeatSummary(msgspec.Struct, frozen=True, kw_only=True):
 
 def repeat_summary(scores: Iterable[dict[int, float]], repeats: int) -> RepeatSummary:
     """The :class:`RepeatSummary` of ``scores`` (one ``{pass: score}`` per example)."""
-    from ._agreement import stable_share, within_std
+    from ._judges._agreement import stable_share, within_std
     from ._stats import bootstrap_mean_ci
 
     rows: list[list[float]] = []

@@ -25,7 +25,7 @@ another writer's line in the making):
   line.
 
 Reading counts each example once (ids matched by
-:func:`evaluator._results.example_key`), or once per pass of a repeated run (keyed by the
+:func:`evaluator._call._results.example_key`), or once per pass of a repeated run (keyed by the
 id and :attr:`Result.repeat`): the first result of an id wins, later ones are
 *duplicates* (two runs that wrote one file); with the dataset's ids given, results for
 other ids are *foreign* (another dataset's file). Both are left in the file, never
@@ -43,9 +43,9 @@ from typing import IO, Any
 
 import msgspec
 
+from ._call._results import Result, example_key, repeat_of
 from ._exceptions import NotAResultsFile, ResultsFileError
 from ._fingerprint import FORMAT_VERSION, HEADER_KEY, ResultsHeader
-from ._results import Result, example_key, repeat_of
 
 __all__ = [
     "Reader",

@@ -35,7 +35,7 @@ import msgspec
 from llm_client import Redactor
 from llm_client._redact import SUBSTRING_MIN
 
-from ._results import ErrorInfo, Result
+from ._call._results import ErrorInfo, Result
 
 __all__ = ["ResultScrubber"]
 

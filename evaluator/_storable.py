@@ -49,7 +49,7 @@ from typing import Any
 
 import msgspec
 
-from ._results import Result
+from ._call._results import Result
 
 __all__ = ["MAX_DEPTH", "UNSTORED_KEY", "StoreChange", "encode_results", "printable_id"]
 

@@ -32,9 +32,9 @@ from typing import Any
 
 import msgspec
 
+from ._call._results import Result
 from ._exceptions import ResultsFileError, ResultsLocked, ResultsWriteError, ResumeMismatch
 from ._fingerprint import FORMAT_VERSION, HEADER_KEY, Fingerprints, ResultsHeader, RunEnd, compare
-from ._results import Result
 from ._resultsfile import (
     Reader,
     ResultsScan,

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
-    from ._results import Result
+    from ._call._results import Result
 
 __all__ = ["CallRecord", "Telemetry", "available", "open_telemetry", "server_of"]
 

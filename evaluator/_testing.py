@@ -20,15 +20,15 @@ import msgspec
 
 from llm_client import Completion
 
-from ._calls import LLMHandler, ScoreCall
-from ._context import Stage
+from ._call._calls import LLMHandler, ScoreCall
+from ._call._context import Stage
+from ._call._loader import UserFunction, load_metric
+from ._call._results import Observation, Result
 from ._executors._base import ExecutorOptions
 from ._executors._factory import open_executor
-from ._loader import UserFunction, load_metric
 from ._models import Meter, MeterBook, ModelRouter, Models
 from ._options import MAX_TIMEOUT, validate_timeout
 from ._pipeline._assembly import SCORE_ONLY, scored_results
-from ._results import Observation, Result
 
 __all__ = ["Replies", "ScriptError", "ascore_example", "score_example"]
 

@@ -6,11 +6,11 @@
 only when ``dspy.GEPA`` asks for feedback (the reply is a ``dspy.Prediction``).
 """
 
-from ._dspy import DSPyMetric as DSPyMetric
-from ._dspy import DSPyMetricStatistics as DSPyMetricStatistics
-from ._dspy import to_dspy_metric as to_dspy_metric
 from ._exceptions import EngineClosedError as EngineClosedError
 from ._exceptions import NoModelError as NoModelError
+from ._optimizers._dspy import DSPyMetric as DSPyMetric
+from ._optimizers._dspy import DSPyMetricStatistics as DSPyMetricStatistics
+from ._optimizers._dspy import to_dspy_metric as to_dspy_metric
 
 __all__ = [
     "DSPyMetric",

@@ -5,7 +5,7 @@ Importing this module does not import gepa; gepa is needed once the adapter buil
 first ``EvaluationBatch``.
 """
 
-from ._gepa import EvaluatorAdapter as EvaluatorAdapter
-from ._gepa import Trajectory as Trajectory
+from ._optimizers._gepa import EvaluatorAdapter as EvaluatorAdapter
+from ._optimizers._gepa import Trajectory as Trajectory
 
 __all__ = ["EvaluatorAdapter", "Trajectory"]

@@ -56,8 +56,8 @@ from typing import Any
 import msgspec
 
 from .._aio import shielded
-from .._dataset import Example
-from .._results import Result
+from .._call._results import Result
+from .._data._dataset import Example
 from ._disk import FILE_NAME, CacheWarning, DiskStore
 from ._key import CACHE_FORMAT, KeyMaker
 

@@ -42,10 +42,10 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from .._dataset import Example
+from .._call._loader import UserFunction
+from .._data._dataset import Example
 from .._exceptions import ConfigError
 from .._fingerprint import files_print, read_by, reads_since
-from .._loader import UserFunction
 from .._models import Models
 
 __all__ = [

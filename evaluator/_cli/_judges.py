@@ -35,7 +35,7 @@ def execute(options: JudgesOptions) -> int:
     if options.output:
         Path(options.output).write_bytes(msgspec.json.format(msgspec.json.encode(report)) + b"\n")
     if options.plot:
-        from evaluator._plot import plot_judges
+        from evaluator._judges._plot import plot_judges
 
         plot_judges(report, options.plot)
         console().print(f"plot written to {options.plot}")

@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 from evaluator import ConfigError
-from evaluator._kinds import EXECUTIONS
+from evaluator._call._kinds import EXECUTIONS
 from evaluator._options import MAX_TIMEOUT, validate_ray_address, validate_timeout
 
 if TYPE_CHECKING:
     from evaluator import Budget, Example
-    from evaluator._dataset import DatasetRead, Selection
+    from evaluator._data._dataset import DatasetRead, Selection
     from evaluator._judges import JudgeSpec
     from llm_client import SimulatorConfig
 
@@ -406,7 +406,7 @@ class DataOptions:
     def read(self) -> DatasetRead:
         """The dataset read once: the examples taken (those of the selection) and the
         file's SHA-256, from the same read."""
-        from evaluator._dataset import read_dataset
+        from evaluator._data._dataset import read_dataset
 
         return read_dataset(
             self.path,
@@ -432,7 +432,7 @@ def _id_col(args: argparse.Namespace) -> str | None:
 
 def _selection(args: argparse.Namespace) -> Selection | None:
     """``--limit``, ``--sample``/``--seed`` or ``--ids``; None for every example."""
-    from evaluator._dataset import Selection
+    from evaluator._data._dataset import Selection
 
     if args.seed is not None and args.sample is None:
         raise ConfigError("is the seed of --sample: add --sample N", option="seed")

@@ -162,7 +162,7 @@ def _warn_unused_output_cols(options: RunOptions) -> None:
     data = options.data
     if not data.output_cols or data.input_cols:
         return
-    from evaluator._dataset import _READERS
+    from evaluator._data._dataset import _READERS
 
     reader = _READERS.get(Path(data.path).suffix.lower())
     if reader is None:

@@ -11,7 +11,7 @@ What async user code can do to the loop, and what this executor does about it:
 
 - **Raise anything.** ``CancelledError``, ``KeyboardInterrupt``, ``GeneratorExit``,
   ``SystemExit`` or the user's own ``BaseException`` is that example's error
-  (``evaluator._calls.invoke_async``). Only a cancellation *requested* of the worker task
+  (``evaluator._call._calls.invoke_async``). Only a cancellation *requested* of the worker task
   (our timeout, or the caller being cancelled) is a cancellation.
 - **Run past its timeout.** The call's task is cancelled at the timeout, and again every
   ``RECANCEL_S``. A call still running ``ABANDON_AFTER_S`` after its first cancellation
@@ -40,14 +40,14 @@ from functools import partial
 from time import perf_counter_ns
 from typing import Any, ClassVar, cast
 
-from .. import _failures as failures
 from .._aio import shielded
-from .._calls import LONG_STEP_NS, Call, LLMHandler, LoopTime, Outcome, Steps, invoke_async
-from .._context import Stage
-from .._kinds import ExecutionKind
-from .._loader import UserFunction
+from .._call import _failures as failures
+from .._call._calls import LONG_STEP_NS, Call, LLMHandler, LoopTime, Outcome, Steps, invoke_async
+from .._call._context import Stage
+from .._call._kinds import ExecutionKind
+from .._call._loader import UserFunction
+from .._call._results import ErrorInfo
 from .._options import validate_count
-from .._results import ErrorInfo
 from ._base import ExecutorBase, ExecutorStatistics, Progress
 from ._bridge import LoopBridge
 

@@ -30,11 +30,11 @@ from typing import Any, ClassVar, Literal, Protocol, Self, TypeVar
 
 import msgspec
 
-from .._calls import Call, LLMHandler, Outcome
-from .._context import Stage
+from .._call._calls import Call, LLMHandler, Outcome
+from .._call._context import Stage
+from .._call._kinds import ExecutionKind, refusal
+from .._call._loader import UserFunction
 from .._exceptions import ConfigError
-from .._kinds import ExecutionKind, refusal
-from .._loader import UserFunction
 from .._options import validate_count, validate_ray_address, validate_timeout
 
 __all__ = [
@@ -88,7 +88,7 @@ class Executor(Protocol):
 
     @property
     def kind(self) -> ExecutionKind:
-        """Where calls run: one of :data:`evaluator._kinds.EXECUTIONS`."""
+        """Where calls run: one of :data:`evaluator._call._kinds.EXECUTIONS`."""
         ...
 
     @property
@@ -258,7 +258,7 @@ class ExecutorBase:
 
 def check_executor(fn: UserFunction, stage: Any, kind: ExecutionKind, timeout: Any) -> float:
     """Refuse a stage, a function or a timeout that ``kind`` cannot run (the function:
-    :func:`evaluator._kinds.refusal`, as the Evaluator's choice does); the timeout.
+    :func:`evaluator._call._kinds.refusal`, as the Evaluator's choice does); the timeout.
 
     Raises :class:`ConfigError` naming the parameter, the value and the fix.
     """

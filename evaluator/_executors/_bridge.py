@@ -19,8 +19,8 @@ import contextlib
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._calls import LLMHandler
-from .._context import Stage
+from .._call._calls import LLMHandler
+from .._call._context import Stage
 from .._sdk._request import CannotRoute, SDKRequest
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ _ON_THE_LOOP = (
 
 
 class LoopBridge:
-    """The :class:`evaluator._context.LLMBridge` of one call in the engine's process."""
+    """The :class:`evaluator._call._context.LLMBridge` of one call in the engine's process."""
 
     __slots__ = ("_cancelled", "_future", "_handler", "_loop", "_stage", "_token")
 

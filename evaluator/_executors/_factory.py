@@ -5,10 +5,10 @@ from __future__ import annotations
 import importlib
 from typing import cast
 
-from .._context import Stage
+from .._call._context import Stage
+from .._call._kinds import ExecutionKind, refusal
+from .._call._loader import UserFunction
 from .._exceptions import ConfigError
-from .._kinds import ExecutionKind, refusal
-from .._loader import UserFunction
 from ._base import Executor, ExecutorBase, ExecutorOptions
 
 __all__ = ["EXECUTORS", "executor_class", "open_executor"]

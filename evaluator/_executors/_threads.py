@@ -24,12 +24,12 @@ from collections.abc import Callable, Sequence
 from time import perf_counter_ns
 from typing import Any, ClassVar, cast
 
-from .. import _failures as failures
 from .._aio import shielded
-from .._calls import Call, LLMHandler, Outcome, SyncInvoker
-from .._context import Stage
-from .._kinds import ExecutionKind
-from .._loader import UserFunction
+from .._call import _failures as failures
+from .._call._calls import Call, LLMHandler, Outcome, SyncInvoker
+from .._call._context import Stage
+from .._call._kinds import ExecutionKind
+from .._call._loader import UserFunction
 from .._options import validate_count
 from ._base import ExecutorBase, ExecutorStatistics, Progress, check_workers
 from ._bridge import LoopBridge
@@ -157,7 +157,7 @@ class _Worker(threading.Thread):
         """Claim and run calls of ``job`` until none is left; False once abandoned.
 
         ``clock``: bound when the engine is imported, before any user file (see
-        ``evaluator._calls``)."""
+        ``evaluator._call._calls``)."""
         invoke = invoker.invoke
         handler = self.pool.handler
         stage = self.pool.stage

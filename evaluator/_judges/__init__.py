@@ -2,7 +2,7 @@
 
 ``compare_judges`` runs the comparison; ``load_models_file`` reads a models file;
 ``judges_from_flags``, ``serve_judges`` and ``print_judges`` are what the command line
-maps its flags onto; ``plot_judges`` (in ``evaluator._plot``) draws the report.
+maps its flags onto; ``plot_judges`` (in ``evaluator._judges._plot``) draws the report.
 """
 
 from .._exceptions import ModelsFileError as ModelsFileError

@@ -22,11 +22,11 @@ import msgspec
 
 from llm_client import ModelConfig
 
-from .._agreement import pareto_front
-from .._dataset import Example, examples_from_rows
+from .._call._loader import UserFunction, load_metric
+from .._call._results import Result
+from .._data._dataset import Example, examples_from_rows
 from .._exceptions import ConfigError
-from .._loader import UserFunction, load_metric
-from .._results import Result
+from ._agreement import pareto_front
 from ._projection import project as _project
 from ._report import (
     JudgeCall,

@@ -30,7 +30,9 @@ from typing import Any
 
 import msgspec
 
-from .._agreement import (
+from .._call._results import Result
+from .._stats import bootstrap_ci, percentile
+from ._agreement import (
     agreement_rate,
     cohens_kappa,
     confusion_counts,
@@ -42,8 +44,6 @@ from .._agreement import (
     stable_share,
     within_std,
 )
-from .._results import Result
-from .._stats import bootstrap_ci, percentile
 
 __all__ = [
     "TIE_RULE",

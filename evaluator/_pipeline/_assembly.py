@@ -7,7 +7,7 @@ the structs themselves. Nothing here awaits or touches an executor; the meters o
 usage (token -> :class:`~evaluator._models.Meter`) are popped as their examples are done.
 
 Every example yields exactly one :class:`Result`: a failed call's result carries its
-``ErrorInfo`` (kind and message, from :mod:`evaluator._failures`) as its feedback, and
+``ErrorInfo`` (kind and message, from :mod:`evaluator._call._failures`) as its feedback, and
 scores ``failure_score``. That holds by construction, not only by each executor's
 promise: a call without an outcome, or a chunk without its results, gets an explicit
 ``cancelled`` error result naming the engine as the cause (:func:`complete`,
@@ -22,12 +22,12 @@ from typing import Any
 
 import msgspec
 
-from .. import _failures as failures
-from .._calls import Outcome, RunCall, ScoreCall
-from .._context import Stage
-from .._dataset import NO_OUTPUT, Example
+from .._call import _failures as failures
+from .._call._calls import Outcome, RunCall, ScoreCall
+from .._call._context import Stage
+from .._call._results import Observation, Result, Usage
+from .._data._dataset import NO_OUTPUT, Example
 from .._models import Meter
-from .._results import Observation, Result, Usage
 
 __all__ = [
     "NO_USAGE",

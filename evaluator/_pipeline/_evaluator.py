@@ -27,16 +27,17 @@ from llm_client import ModelConfig, Share, Spend
 from .._aio import shielded
 from .._cache import CacheStatistics, KeyMaker, ResultCache, check_directory, check_key_files
 from .._cache import depends_on_measurements as _depends_on_measurements
-from .._calls import LLMHandler
-from .._context import Stage
-from .._dataset import examples_from_rows
+from .._call._calls import LLMHandler
+from .._call._context import Stage
+from .._call._kinds import refusal
+from .._call._loader import UserFunction, load_metric, load_program
+from .._call._results import Result
+from .._data._dataset import examples_from_rows
 from .._exceptions import ConfigError
 from .._executors._async import AsyncExecutorStatistics
 from .._executors._base import Executor, ExecutorOptions
 from .._executors._factory import open_executor
 from .._executors._threads import ThreadExecutorStatistics
-from .._kinds import refusal
-from .._loader import UserFunction, load_metric, load_program
 from .._models import Budget, ModelRouter, Models, ModelStatistics
 from .._options import MAX_TIMEOUT, validate_count, validate_ray_address, validate_timeout
 from .._race import RaceResult, Ties, run_race
@@ -49,7 +50,6 @@ from .._report import (
     budget_summary,
     combine_clusters,
 )
-from .._results import Result
 from .._telemetry import available, open_telemetry
 from ._flow import Flow, ResultStream, Source
 from ._scheduler import caller_share

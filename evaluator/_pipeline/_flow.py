@@ -45,11 +45,11 @@ from llm_client import Share
 
 from .._aio import shielded, unwrap_group
 from .._cache import ResultCache
-from .._calls import Outcome
-from .._dataset import Example, _row_to_example, check_unique_ids
+from .._call._calls import Outcome
+from .._call._results import Result
+from .._data._dataset import Example, _row_to_example, check_unique_ids
 from .._executors._base import Executor
 from .._models import ModelRouter
-from .._results import Result
 from .._telemetry import Telemetry
 from . import _assembly as assembly
 from ._scheduler import FairSlots, TenantBook

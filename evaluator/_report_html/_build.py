@@ -17,9 +17,9 @@ from typing import Any
 
 import msgspec
 
-from .._dataset import Example, load_examples
+from .._call._results import Result, example_key
+from .._data._dataset import Example, load_examples
 from .._outpath import check_output_path
-from .._results import Result, example_key
 from ._compare import Comparison, compare_results, pair_results
 from ._html import Page, header_differences, render_page
 from ._load import Joined, ResultsFile, header_fields, join_examples, results_from

@@ -27,7 +27,7 @@ from typing import Literal
 
 import msgspec
 
-from .._results import Result, example_key
+from .._call._results import Result, example_key
 from .._stats import bootstrap_mean_ci
 
 __all__ = [

@@ -30,9 +30,9 @@ from typing import Any
 
 import msgspec
 
+from .._call._results import Observation, Result, Usage, example_key, result_key
 from .._exceptions import ResultsFileError
 from .._fingerprint import FORMAT_VERSION, HEADER_KEY
-from .._results import Observation, Result, Usage, example_key, result_key
 
 __all__ = [
     "ResultsFile",
@@ -349,7 +349,7 @@ class Joined(msgspec.Struct, frozen=True):
 
 def join_examples(examples: Iterable[Any]) -> dict[Any, Joined]:
     """Input and expected value of each dataset example, keyed by
-    :func:`evaluator._results.example_key`."""
+    :func:`evaluator._call._results.example_key`."""
     out: dict[Any, Joined] = {}
     for example in examples:
         out[example_key(example.id)] = Joined(example.input, example.expected)

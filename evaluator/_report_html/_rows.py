@@ -26,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-from .._results import Result, example_key
+from .._call._results import Result, example_key
 from ._compare import Pairing, status_of
 from ._load import Joined, ReportLine
 

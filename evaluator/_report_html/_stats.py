@@ -19,8 +19,8 @@ from typing import Any
 
 import msgspec
 
+from .._call._results import ERROR_KINDS, Result, repeat_of
 from .._report import RepeatSummary, ReportBuilder
-from .._results import ERROR_KINDS, Result, repeat_of
 from .._stats import percentiles
 
 __all__ = [

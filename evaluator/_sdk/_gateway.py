@@ -47,7 +47,7 @@ import msgspec
 
 from llm_client._fair import sharing
 
-from .._context import Stage
+from .._call._context import Stage
 from . import _audit, _environ, _intercept, _owner
 from ._request import SDKRequest
 

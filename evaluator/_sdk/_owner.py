@@ -1,9 +1,9 @@
 """Whose call a request belongs to when the caller's context does not say: user threads.
 
-The call context (``evaluator._context``) is a context variable, and a thread the user
+The call context (``evaluator._call._context``) is a context variable, and a thread the user
 starts (``threading.Thread``, a ``ThreadPoolExecutor``'s) begins with an empty context:
 by the context alone, an SDK call or a connection made there belongs to nobody, and would
-go out unrouted and unseen. :func:`owner` answers instead of :func:`~evaluator._context.
+go out unrouted and unseen. :func:`owner` answers instead of :func:`~evaluator._call._context.
 current` for the SDK hook and the audit hook:
 
 * the call context of this thread or task, when there is one;
@@ -30,7 +30,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from .._context import CallContext, Stage, current
+from .._call._context import CallContext, Stage, current
 
 __all__ = [
     "UNATTRIBUTED",

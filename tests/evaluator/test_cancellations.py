@@ -25,11 +25,11 @@ from typing import Any
 import psutil
 import pytest
 
-from evaluator._calls import ScoreCall
+from evaluator._call._calls import ScoreCall
+from evaluator._call._loader import UserFunction, load_metric
 from evaluator._executors._async import AsyncExecutor
 from evaluator._executors._process._executor import ProcessExecutor
 from evaluator._executors._threads import ThreadExecutor
-from evaluator._loader import UserFunction, load_metric
 from evaluator._models import Models
 from evaluator._pipeline import Evaluator
 from llm_client import ModelConfig, Simulator, SimulatorConfig

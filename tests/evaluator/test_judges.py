@@ -498,7 +498,7 @@ class TestPlot:
     def test_two_panels(self) -> None:
         """The figure has the cost panel and the self-agreement panel, the latter listing
         the judges that have a self-agreement."""
-        from evaluator._plot import judges_figure
+        from evaluator._judges._plot import judges_figure
 
         fig = judges_figure(_report(3))
         try:
@@ -513,7 +513,7 @@ class TestPlot:
 
     def test_second_panel_without_repeats(self) -> None:
         """Without repeats the second panel says what it needs."""
-        from evaluator._plot import judges_figure
+        from evaluator._judges._plot import judges_figure
 
         fig = judges_figure(_report(1))
         try:

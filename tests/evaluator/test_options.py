@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from evaluator._call._loader import UserFunction, load_metric
 from evaluator._exceptions import ConfigError
 from evaluator._executors._base import ExecutorOptions, check_executor
 from evaluator._executors._factory import open_executor
-from evaluator._loader import UserFunction, load_metric
 from evaluator._options import (
     MAX_TIMEOUT,
     validate_count,

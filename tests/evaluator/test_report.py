@@ -8,8 +8,8 @@ import msgspec
 import numpy as np
 import pytest
 
+from evaluator._call._results import ErrorInfo, Observation, Result, Usage
 from evaluator._report import ModelBudget, Report, ReportBuilder, StageExecution, report_rows
-from evaluator._results import ErrorInfo, Observation, Result, Usage
 
 
 def _ok(score: float, ms: float, **kw: object) -> Result:

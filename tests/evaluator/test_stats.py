@@ -11,7 +11,7 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 import pytest
 
-from evaluator._agreement import agreement_rate, pearson
+from evaluator._judges._agreement import agreement_rate, pearson
 from evaluator._stats import _FEW_VALUES, bootstrap_ci, bootstrap_mean_ci, percentile, percentiles
 
 # The textbook 2x2 table: 20 both yes, 5 A-yes/B-no, 10 A-no/B-yes, 15 both no (p_o 0.7).

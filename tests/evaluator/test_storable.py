@@ -14,7 +14,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from evaluator._results import ErrorInfo, Result
+from evaluator._call._results import ErrorInfo, Result
 from evaluator._storable import UNSTORED_KEY, StoreChange, encode_results, printable_id
 
 _decoder = msgspec.json.Decoder(Result)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from evaluator._call._results import ErrorInfo, Observation, Result
 from evaluator._exceptions import (
     ConfigError,
     NotAResultsFile,
@@ -19,7 +20,6 @@ from evaluator._exceptions import (
     ResumeMismatch,
 )
 from evaluator._fingerprint import HEADER_KEY, Fingerprints, fingerprint_run
-from evaluator._results import ErrorInfo, Observation, Result
 from evaluator._store import ResultsWriter, ResumeWarning, done_ids, open_results, read_results
 
 

@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from evaluator import Models
-from evaluator._datafile import MAX_DEPTH
+from evaluator._data._datafile import MAX_DEPTH
 from llm_client import ModelConfig, Simulator, SimulatorConfig
 
 ROOT = Path(__file__).resolve().parents[2]

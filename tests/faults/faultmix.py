@@ -30,8 +30,8 @@ from typing import Any
 
 import psutil
 
+from evaluator._call._results import ERROR_KINDS, Result
 from evaluator._models import Models
-from evaluator._results import ERROR_KINDS, Result
 from llm_client import ModelConfig, Simulator, SimulatorConfig
 
 __all__ = [

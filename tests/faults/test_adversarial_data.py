@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from evaluator import DatasetError, Example, load_examples
-from evaluator._datafile import MAX_DEPTH
+from evaluator._data._datafile import MAX_DEPTH
 
 _settings = settings(
     max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

@@ -29,9 +29,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evaluator._dataset import Example
+from evaluator._call._results import Result
+from evaluator._data._dataset import Example
 from evaluator._pipeline import Evaluator
-from evaluator._results import Result
 from tests._helpers import PROCESS, write
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -496,7 +496,7 @@ _real = {{n: getattr(time, n) for n in ("perf_counter_ns", "perf_counter", "mono
                                         "monotonic", "time", "time_ns")}}
 _sleep = time.sleep
 ENGINE = [
-    "evaluator._calls", "evaluator._executors._threads", "evaluator._executors._async",
+    "evaluator._call._calls", "evaluator._executors._threads", "evaluator._executors._async",
     "evaluator._executors._process._child", "evaluator._executors._process._pool",
     "evaluator._executors._process._queue", "evaluator._executors._process._executor",
 ]
@@ -559,7 +559,7 @@ async def score(input, output, expected=None):
 
 
 ENGINE_MODULES = (
-    "evaluator._calls",
+    "evaluator._call._calls",
     "evaluator._executors._threads",
     "evaluator._executors._async",
     "evaluator._executors._process._pool",
@@ -834,7 +834,7 @@ class TestTheFlowLosesNoChunk:
 
 OBSERVATION_TAMPER = """
 import msgspec
-from evaluator._context import current
+from evaluator._call._context import current
 
 def _tamper():
     obs = current().observation

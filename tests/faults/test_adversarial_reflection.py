@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evaluator._dataset import Example
+from evaluator._data._dataset import Example
 from evaluator._pipeline import Evaluator
 from evaluator.gepa import EvaluatorAdapter
 

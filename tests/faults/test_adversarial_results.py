@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from evaluator._call._results import ErrorInfo, Observation, Result
 from evaluator._exceptions import (
     NotAResultsFile,
     ResultsFileError,
@@ -31,7 +32,6 @@ from evaluator._exceptions import (
     ResultsWriteError,
 )
 from evaluator._fingerprint import HEADER_KEY, fingerprint_run
-from evaluator._results import ErrorInfo, Observation, Result
 from evaluator._store import ResultsWriter, open_results, read_results
 from tests._helpers import PROCESS
 
@@ -434,7 +434,7 @@ SURROGATE_FEEDBACK_METRIC = """
 def score(input, output, expected=None):
     return 0.5, {"feedback": "fine \\udc80 or not"}
 """
-# Extra info that the contract's normalisation (msgspec, in _contract.py) cannot encode.
+# Extra info that the contract's normalisation (msgspec, in _call/_contract.py) cannot encode.
 ODD_EXTRA_METRIC = """
 def score(input, output, expected=None):
     deep = 0

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from evaluator._call._results import Result
 from evaluator._pipeline import Evaluator
 from evaluator._report import Report, ReportBuilder
-from evaluator._results import Result
 from tests._helpers import PROCESS
 
 from .faultmix import (

@@ -32,13 +32,13 @@ from hypothesis import strategies as st
 
 from evaluator._cache import FILE_NAME, CacheWarning, KeyMaker, ResultCache
 from evaluator._cache._cache import seal
+from evaluator._call._loader import load_metric
+from evaluator._call._results import Observation, Result
 from evaluator._cli import main
-from evaluator._dataset import Example
+from evaluator._data._dataset import Example
 from evaluator._fingerprint import HEADER_KEY
-from evaluator._loader import load_metric
 from evaluator._models import Models
 from evaluator._pipeline import Evaluator
-from evaluator._results import Observation, Result
 
 METRIC = """
 def score(input, output, expected=None):

@@ -33,8 +33,8 @@ from typing import Any
 
 import pytest
 
+from evaluator._call._loader import load_metric, load_program
 from evaluator._exceptions import ContractError
-from evaluator._loader import load_metric, load_program
 from evaluator._pipeline import Evaluator
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -395,7 +395,7 @@ class TestImportInTheEngine:
         """A metric that replaces the engine's ``reward`` and deletes one of its modules
         from ``sys.modules`` when imported: the engine's entries are back after the
         import, and a stand-in with an engine's name that is not the engine's is gone."""
-        import evaluator._contract as contract
+        import evaluator._call._contract as contract
         import reward
 
         path = _write(
@@ -403,14 +403,14 @@ class TestImportInTheEngine:
             """
             import sys, types
             sys.modules["reward"] = types.SimpleNamespace(parse_spec=None)
-            sys.modules.pop("evaluator._contract", None)
+            sys.modules.pop("evaluator._call._contract", None)
             sys.modules["skynet.fake_part"] = types.ModuleType("skynet.fake_part")
             """,
             OK_METRIC,
         )
         load_metric(path)
         assert sys.modules["reward"] is reward
-        assert sys.modules["evaluator._contract"] is contract
+        assert sys.modules["evaluator._call._contract"] is contract
         assert "skynet.fake_part" not in sys.modules
 
 
@@ -466,9 +466,9 @@ def score(input, output, expected=None):
 HELPER = """
 import asyncio, ctypes, json, sys
 import psutil
-from evaluator._calls import ScoreCall
+from evaluator._call._calls import ScoreCall
 from evaluator._executors._process._executor import ProcessExecutor
-from evaluator._loader import load_function
+from evaluator._call._loader import load_function
 
 ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 metric, fork_server, timeout, modes = sys.argv[1:5]

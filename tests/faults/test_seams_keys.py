@@ -37,9 +37,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from evaluator import Evaluator, Models
+from evaluator._call._results import Observation, Result
 from evaluator._cli import main
 from evaluator._judges import ModelsFileError, judges_from_flags, load_models_file
-from evaluator._results import Observation, Result
 from evaluator._scrub import ResultScrubber
 from llm_client import ModelClient, ModelConfig, ModelConfigError, Redactor
 from llm_client._redact import FRAGMENT_MIN, REDACTED, SUBSTRING_MIN

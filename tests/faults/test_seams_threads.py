@@ -21,6 +21,7 @@ and the project's simulator:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import textwrap
@@ -34,7 +35,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evaluator import Evaluator, Models
-from evaluator._dataset import Example
+from evaluator._data._dataset import Example
 from evaluator._sdk import _audit
 from evaluator._sdk._environ import PLACEHOLDER, simulated
 from llm_client import Simulator, SimulatorConfig
@@ -290,8 +291,12 @@ class Provider:
                     self.received.append(b"")
 
     def close(self) -> None:
+        # close() alone does not wake a thread blocked in accept() on Linux; shutdown does.
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
         self._thread.join(10)
+        assert not self._thread.is_alive(), "the provider's thread did not end"
 
 
 @pytest.fixture

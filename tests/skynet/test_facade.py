@@ -16,11 +16,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import skynet
-from evaluator._context import CallContext, call_context
-from evaluator._contract import validate_return
+from evaluator._call._context import CallContext, call_context
+from evaluator._call._contract import validate_return
+from evaluator._call._loader import load_metric
+from evaluator._call._results import Observation
 from evaluator._exceptions import OutsideCallError
-from evaluator._loader import load_metric
-from evaluator._results import Observation
 from reward import RewardSpecError
 
 # The page's reward example, verbatim from docs/contract.md ("Accuracy, speed and cost").

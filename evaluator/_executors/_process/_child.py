@@ -4,7 +4,7 @@ A worker is a fresh interpreter started by the pool (``_pool.py``) with ``python
 this module's :func:`main`: spawn semantics, without re-importing the engine's
 ``__main__``. Its boot imports only this module and the call layer (``evaluator``'s own
 ``__init__`` imports lazily), then the user's file, once, by path. Then it loops: receive
-a batch of calls, run each with :class:`evaluator._calls.SyncInvoker` (the same call as
+a batch of calls, run each with :class:`evaluator._call._calls.SyncInvoker` (the same call as
 in the engine's threads), send the outcomes back (``_wire.py`` has the protocol).
 
 The worker dies with the engine: ``PR_SET_PDEATHSIG`` on Linux (even when the engine is
@@ -38,11 +38,11 @@ from typing import Any, NoReturn
 
 import msgspec
 
-from ... import _failures as failures
-from ..._calls import Outcome, SyncInvoker
-from ..._context import LLMBridge, Stage
-from ..._loader import UserFunction
-from ..._results import Result, Scored
+from ..._call import _failures as failures
+from ..._call._calls import Outcome, SyncInvoker
+from ..._call._context import LLMBridge, Stage
+from ..._call._loader import UserFunction
+from ..._call._results import Result, Scored
 from ._cut import Claims
 from ._relay import UNATTRIBUTED, RelayBridge
 from ._wire import (
@@ -323,7 +323,7 @@ def _load(init: WorkerInit, channel: _Channel, preloaded: UserFunction | None) -
         limit = limit_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     try:
-        from ..._loader import load_function
+        from ..._call._loader import load_function
 
         if (
             preloaded is not None
@@ -507,7 +507,7 @@ def prepare_imports(init: WorkerInit) -> None:
     """The engine's ``sys.path``, and its user modules importable by name; the engine's
     and the standard library's names resolve only to theirs (``EngineNames``), whatever
     the user's folders put on the path."""
-    from ..._loader import protect_engine_imports
+    from ..._call._loader import protect_engine_imports
 
     protect_engine_imports()
     for entry in reversed(init.sys_path):

@@ -5,7 +5,7 @@ the parts of this package together (see its ``__init__``): a submit's calls join
 work queue (``_queue``), are sent in batches to idle workers of the pool (``_pool``)
 over their channels (``_channel``), and come back as outcomes; a worker that dies or is
 killed at the timeout costs only the call it was running, whose error is named by
-``evaluator._failures``, while the rest of its batches is queued again.
+``evaluator._call._failures``, while the rest of its batches is queued again.
 
 - **Batches** are sized from the measured cost of a call (``_queue.py``); each worker
   holds a second batch while it runs the first when calls are cheap, so it never waits
@@ -49,12 +49,12 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from ... import _failures as failures
 from ..._aio import shielded
-from ..._calls import Call, LLMHandler, Outcome
-from ..._context import Stage
-from ..._kinds import ExecutionKind
-from ..._loader import UserFunction
+from ..._call import _failures as failures
+from ..._call._calls import Call, LLMHandler, Outcome
+from ..._call._context import Stage
+from ..._call._kinds import ExecutionKind
+from ..._call._loader import UserFunction
 from ..._options import validate_count
 from .._base import (
     ExecutorBase,

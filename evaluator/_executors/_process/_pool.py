@@ -63,10 +63,10 @@ from pathlib import Path
 from time import perf_counter_ns
 from typing import Any, NamedTuple, Protocol
 
-from ... import _failures as failures
-from ..._context import Stage
-from ..._loader import USER_MODULE_PREFIX, UserFunction
-from ..._results import ErrorInfo
+from ..._call import _failures as failures
+from ..._call._context import Stage
+from ..._call._loader import USER_MODULE_PREFIX, UserFunction
+from ..._call._results import ErrorInfo
 from ._channel import Channel
 from ._cut import init_lock
 from ._forkserver import ForkedProcess, ForkServer, fork_supported, python_argv
@@ -116,7 +116,7 @@ _BOOT = (
 
 
 def _user_modules() -> dict[str, str]:
-    """The user files this process has loaded (``evaluator._loader``), by module name."""
+    """The user files this process has loaded (``evaluator._call._loader``), by module name."""
     found: dict[str, str] = {}
     for name, module in list(sys.modules.items()):
         file = getattr(module, "__file__", None)

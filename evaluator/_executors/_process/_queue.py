@@ -24,9 +24,9 @@ from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Any
 
-from ... import _failures as failures
-from ..._calls import Call, Outcome
-from ..._results import ErrorInfo
+from ..._call import _failures as failures
+from ..._call._calls import Call, Outcome
+from ..._call._results import ErrorInfo
 
 __all__ = ["Batch", "Job", "Segment", "WorkQueue"]
 

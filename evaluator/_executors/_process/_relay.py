@@ -38,8 +38,8 @@ import itertools
 import pickle
 from typing import Any, Protocol
 
-from ..._calls import LLMHandler
-from ..._context import Stage
+from ..._call._calls import LLMHandler
+from ..._call._context import Stage
 from ..._sdk._owner import UNATTRIBUTED
 from ..._sdk._request import SDKRequest
 from ._wire import LLM, LLM_REPLY, PICKLE_PROTOCOL, SDK, SDK_NOTE, control
@@ -182,7 +182,7 @@ _requests = itertools.count(1)
 
 
 class RelayBridge:
-    """``skynet.llm`` inside a worker (an :class:`evaluator._context.LLMBridge`).
+    """``skynet.llm`` inside a worker (an :class:`evaluator._call._context.LLMBridge`).
 
     ``token`` is the call's; a worker keeps one bridge and sets it call after call, and
     to :data:`UNATTRIBUTED` between batches. Any thread of the worker may use it at once

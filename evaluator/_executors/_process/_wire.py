@@ -40,9 +40,9 @@ from typing import Any
 import msgspec
 from msgspec.structs import astuple
 
-from ..._calls import Call, Outcome
-from ..._context import Stage
-from ..._results import Scored
+from ..._call._calls import Call, Outcome
+from ..._call._context import Stage
+from ..._call._results import Scored
 
 __all__ = [
     "BATCH",

@@ -47,7 +47,7 @@ import sys
 import threading
 from typing import Any, NoReturn
 
-from ..._loader import UserFunction
+from ..._call._loader import UserFunction
 from ._wire import PICKLE_PROTOCOL, WorkerInit
 
 __all__ = [
@@ -107,7 +107,7 @@ def _preload(init: WorkerInit) -> tuple[UserFunction | None, str | None]:
         limit = init.memory_limit_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     try:
-        from ..._loader import load_function
+        from ..._call._loader import load_function
 
         fn = load_function(init.path, init.name, guard_engine=False)
     except BaseException as exc:  # reported by each worker when it loads the file itself

@@ -42,16 +42,16 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ... import _failures as failures
-from ..._calls import Call, Outcome, RunCall, ScoreCall
-from ..._context import Stage
+from ..._call import _failures as failures
+from ..._call._calls import Call, Outcome, RunCall, ScoreCall
+from ..._call._context import Stage
+from ..._call._results import ErrorInfo
 from ..._exceptions import ContractError
-from ..._results import ErrorInfo
 from .._process._relay import rebuild_error
 from .._process._wire import PICKLE_PROTOCOL
 
 if TYPE_CHECKING:
-    from ..._loader import UserFunction
+    from ..._call._loader import UserFunction
     from .._process._executor import ProcessExecutor
 
 __all__ = [
@@ -152,7 +152,7 @@ def _alias(module_name: str, fn: UserFunction, folder: Path) -> None:
     sys.modules[module_name] = fn.module
     folder.mkdir(exist_ok=True)
     (folder / f"{module_name}.py").write_text(
-        "import sys\nfrom evaluator._loader import import_path\n"
+        "import sys\nfrom evaluator._call._loader import import_path\n"
         f"sys.modules[__name__] = import_path({str(fn.path)!r}, guard_engine=False)\n",
         encoding="utf-8",
     )
@@ -201,7 +201,7 @@ class NodeActor:
         ``folder`` is the shipped copy of the file's folder (None: the file is read at the
         driver's path, as on the engine's own local instance).
         """
-        from ..._loader import load_function
+        from ..._call._loader import load_function
         from .._process._executor import ProcessExecutor
 
         spec = msgspec.convert(spec_fields, ActorSpec)

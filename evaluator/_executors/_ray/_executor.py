@@ -49,15 +49,15 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from ... import _failures as failures
 from ..._aio import shielded
-from ..._calls import Call, LLMHandler, Outcome
-from ..._context import Stage
-from ..._kinds import ExecutionKind
-from ..._loader import UserFunction
+from ..._call import _failures as failures
+from ..._call._calls import Call, LLMHandler, Outcome
+from ..._call._context import Stage
+from ..._call._kinds import ExecutionKind
+from ..._call._loader import UserFunction
+from ..._call._results import ErrorInfo
 from ..._options import validate_count, validate_ray_address
 from ..._report import ClusterSummary
-from ..._results import ErrorInfo
 from .._base import ExecutorBase, ExecutorStatistics, Progress
 from .._process._queue import Job, Segment, WorkQueue
 from .._process._relay import answer

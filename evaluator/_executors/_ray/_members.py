@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import msgspec
 
+from ..._call._loader import UserFunction
 from ..._exceptions import STEP_FILE, ConfigError, ContractError
-from ..._loader import UserFunction
 from .._process._queue import Batch
 from . import _boot
 from ._actor import ActorSpec, BootFailure, BootInfo, from_wire

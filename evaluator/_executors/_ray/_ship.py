@@ -23,8 +23,8 @@ import os
 import zipfile
 from pathlib import Path
 
+from ..._call._loader import UserFunction
 from ..._exceptions import ConfigError
-from ..._loader import UserFunction
 
 __all__ = ["MAX_FOLDER_BYTES", "PACKAGES", "bundle"]
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from evaluator._cache import CacheWarning
+from evaluator._call._results import Result
 from evaluator._exceptions import ConfigError
 from evaluator._models import Models
 from evaluator._pipeline import Evaluator
-from evaluator._results import Result
 from llm_client import ModelConfig, Simulator, SimulatorConfig
 from tests._helpers import write
 

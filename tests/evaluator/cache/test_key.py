@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from evaluator._cache import KeyMaker, ResultCache, depends_on_measurements
-from evaluator._dataset import Example
-from evaluator._loader import load_metric
+from evaluator._call._loader import load_metric
+from evaluator._call._results import Result
+from evaluator._data._dataset import Example
 from evaluator._models import Models
 from evaluator._pipeline import Evaluator
-from evaluator._results import Result
 
 EXACT = """
 def score(input, output, expected=None):

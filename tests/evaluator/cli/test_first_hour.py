@@ -183,9 +183,8 @@ _PRINTERS = {
     _CLI / "_serving.py": ("run", "check"),
     _CLI / "_config.py": ("run", "check", "judges"),
     ROOT / "evaluator" / "_models.py": ("run", "check"),
-    ROOT / "evaluator" / "_dataset.py": ("run", "check", "judges", "report"),
+    ROOT / "evaluator" / "_data" / "_dataset.py": ("run", "check", "judges", "report"),
     ROOT / "evaluator" / "_store.py": ("run",),
-    ROOT / "evaluator" / "_plot.py": ("judges",),
     ROOT / "evaluator" / "_report_html" / "_command.py": ("report",),
     ROOT / "evaluator" / "_report_html" / "_load.py": ("report",),
     **{path: ("judges",) for path in (ROOT / "evaluator" / "_judges").glob("*.py")},
@@ -841,7 +840,7 @@ class TestAKeyErrorOnExpected:
     def test_a_key_expected_has_adds_nothing(self) -> None:
         """A KeyError for a key `expected` has (raised elsewhere) gets no such note;
         an example without expected values says so."""
-        from evaluator import _failures
+        from evaluator._call import _failures
 
         assert _failures._expected_keys(KeyError("answer"), {"answer": 1}) == ""
         assert "is None" in _failures._expected_keys(KeyError("answer"), None)
@@ -1015,7 +1014,7 @@ class TestTheFirstHour:
         import subprocess
         import sys
 
-        from evaluator._dataset import Selection, load_examples
+        from evaluator._data._dataset import Selection, load_examples
 
         picked = [e for e in Selection(sample=10, seed=1).select(lambda: load_examples(JUDGE_DATA))]
         failing = picked[3]  # one of the sampled rows fails, past the 3-example check

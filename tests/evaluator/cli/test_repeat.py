@@ -210,7 +210,7 @@ def test_the_html_report_reads_a_repeated_file(
 def test_a_changed_value_keeps_its_repeat() -> None:
     """The careful encoding (a value JSON cannot hold) writes `repeat` when set, and
     leaves it out when not, as the fast one does."""
-    from evaluator._results import Result
+    from evaluator._call._results import Result
     from evaluator._storable import encode_results
 
     marked, _ = encode_results([Result(example_id="c", score=1.0, output=2j, repeat=2)])

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from evaluator._calls import ScoreCall
+from evaluator._call._calls import ScoreCall
+from evaluator._call._loader import UserFunction, load_metric
+from evaluator._call._results import Observation
 from evaluator._executors._async import AsyncExecutor
-from evaluator._loader import UserFunction, load_metric
-from evaluator._results import Observation
 from tests._helpers import write
 
 # User files shared by these tests, kept as real files in sources/ (see its README).

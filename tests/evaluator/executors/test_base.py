@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from evaluator._calls import ScoreCall
+from evaluator._call._calls import ScoreCall
+from evaluator._call._loader import UserFunction, load_metric
 from evaluator._executors._async import (
     ASYNC_CONCURRENCY,
     AsyncExecutor,
@@ -22,7 +23,6 @@ from evaluator._executors._threads import (
     ThreadExecutor,
     ThreadExecutorStatistics,
 )
-from evaluator._loader import UserFunction, load_metric
 
 SOURCES = Path(__file__).resolve().parents[1] / "sources"
 
@@ -182,9 +182,9 @@ class TestRegistry:
     def test_every_kind_has_its_executor(self) -> None:
         """The factory's registry holds one executor class per kind, which says that kind
         and shares the one lifecycle."""
+        from evaluator._call._kinds import EXECUTIONS
         from evaluator._executors._base import ExecutorBase
         from evaluator._executors._factory import EXECUTORS, executor_class
-        from evaluator._kinds import EXECUTIONS
 
         assert tuple(EXECUTORS) == EXECUTIONS
         for kind in EXECUTIONS:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import gc
 
-from evaluator._calls import Outcome, RunCall, ScoreCall
-from evaluator._dataset import NO_OUTPUT, Example
+from evaluator._call._calls import Outcome, RunCall, ScoreCall
+from evaluator._call._results import ErrorInfo, Observation, Scored
+from evaluator._data._dataset import NO_OUTPUT, Example
 from evaluator._models import Meter
 from evaluator._pipeline import _assembly as assembly
-from evaluator._results import ErrorInfo, Observation, Scored
 
 
 def _examples(n: int, **fields: object) -> list[Example]:

@@ -16,9 +16,9 @@ import psutil
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from evaluator._dataset import Example
+from evaluator._call._loader import load_metric
+from evaluator._data._dataset import Example
 from evaluator._exceptions import ConfigError, DatasetError
-from evaluator._loader import load_metric
 from evaluator._pipeline import Evaluator, choose_execution
 from tests._helpers import PROCESS, write
 
@@ -67,7 +67,7 @@ def our_threads() -> list[threading.Thread]:
 
 
 def release(path: Path) -> None:
-    from evaluator._loader import _module_name
+    from evaluator._call._loader import _module_name
 
     module = sys.modules.get(_module_name(path.resolve()))
     event = getattr(module, "RELEASE", None)

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from evaluator._dataset import Example
+from evaluator._call._loader import UserFunction, load_metric
+from evaluator._data._dataset import Example
 from evaluator._executors._base import ExecutorOptions
 from evaluator._executors._factory import open_executor
-from evaluator._loader import UserFunction, load_metric
 from evaluator._models import ModelRouter
 from evaluator._pipeline._flow import MAX_CHUNK, START_CHUNK, TARGET_CHUNK_S, Flow, Sizer, Source
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from evaluator import Evaluator, Example, Models, ReportBuilder, check_contract
-from evaluator._loader import load_metric
+from evaluator._call._loader import load_metric
 from evaluator._pipeline import choose_execution
 from evaluator._pipeline._evaluator import DEFAULT_MODEL_BUDGET
 from llm_client import ModelConfig, Simulator, SimulatorConfig

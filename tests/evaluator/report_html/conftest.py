@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from evaluator import ErrorInfo, Observation, Result, Usage
-from evaluator._results import ErrorKind
+from evaluator._call._results import ErrorKind
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [

@@ -9,6 +9,7 @@ import msgspec
 import pytest
 
 from evaluator import Example, Result
+from evaluator._call._results import example_key
 from evaluator._report_html import ResultsFileError, load_results_file
 from evaluator._report_html._load import (
     ReportLine,
@@ -16,7 +17,6 @@ from evaluator._report_html._load import (
     join_examples,
     results_from,
 )
-from evaluator._results import example_key
 
 from .conftest import result, write_results
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from evaluator._dataset import Example
+from evaluator._data._dataset import Example
 
 #: A sync program with the official openai client: a chat completion, a streamed one
 #: (its caller asks for no usage) and a Responses API call, per example. The artifact is

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from evaluator import Evaluator
-from evaluator._context import CallContext, call_context
+from evaluator._call._context import CallContext, call_context
 from evaluator._sdk import _audit
 from llm_client import Simulator, SimulatorConfig
 from tests._helpers import PROCESS, write

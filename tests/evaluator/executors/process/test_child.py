@@ -17,7 +17,7 @@ from typing import Any, Literal
 import msgspec
 import pytest
 
-from evaluator._calls import RunCall, ScoreCall
+from evaluator._call._calls import RunCall, ScoreCall
 from evaluator._executors._process import _pool
 from evaluator._executors._process._wire import (
     BATCH,

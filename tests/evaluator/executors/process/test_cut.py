@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from evaluator._calls import Call, Outcome, ScoreCall
+from evaluator._call._calls import Call, Outcome, ScoreCall
+from evaluator._call._loader import load_function
 from evaluator._executors._process._cut import Claims, cut, init_lock
 from evaluator._executors._process._executor import ProcessExecutor
 from evaluator._executors._process._pool import Worker
@@ -35,7 +36,6 @@ from evaluator._executors._process._wire import (
     STATE_SLOTS,
     UNREADABLE,
 )
-from evaluator._loader import load_function
 
 ROOT = Path(__file__).resolve().parents[4]
 

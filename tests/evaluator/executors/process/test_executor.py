@@ -18,10 +18,10 @@ import psutil
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from evaluator._calls import Outcome, RunCall, ScoreCall
+from evaluator._call._calls import Outcome, RunCall, ScoreCall
+from evaluator._call._loader import UserFunction, load_function
 from evaluator._exceptions import ConfigError
 from evaluator._executors._process._executor import ProcessExecutor, ProcessExecutorStatistics
-from evaluator._loader import UserFunction, load_function
 from llm_client import LLMError
 from tests._helpers import write
 
@@ -516,8 +516,8 @@ class TestProcessExecutor:
 
 PARENT = """
 import asyncio, sys
-from evaluator._calls import ScoreCall
-from evaluator._loader import load_function
+from evaluator._call._calls import ScoreCall
+from evaluator._call._loader import load_function
 from evaluator._executors._process._executor import ProcessExecutor
 
 async def wait_for(ex, ready):

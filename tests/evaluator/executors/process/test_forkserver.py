@@ -15,10 +15,10 @@ from typing import Any
 import psutil
 import pytest
 
-from evaluator._calls import Outcome, ScoreCall
+from evaluator._call._calls import Outcome, ScoreCall
+from evaluator._call._loader import UserFunction, load_function
 from evaluator._executors._process._executor import ProcessExecutor, ProcessExecutorStatistics
 from evaluator._executors._process._forkserver import fork_supported
-from evaluator._loader import UserFunction, load_function
 from tests._helpers import until
 
 # Real worker processes are what these tests are about (the mark implies slow).

@@ -8,7 +8,8 @@ from typing import Any
 import hypothesis.strategies as st
 from hypothesis import given, settings
 
-from evaluator._calls import Call, Outcome, ScoreCall
+from evaluator._call._calls import Call, Outcome, ScoreCall
+from evaluator._call._results import ErrorInfo
 from evaluator._executors._process._queue import (
     MAX_ATTEMPTS,
     MAX_BATCH,
@@ -17,7 +18,6 @@ from evaluator._executors._process._queue import (
     Job,
     WorkQueue,
 )
-from evaluator._results import ErrorInfo
 
 
 def _calls(n: int, first: int = 0) -> list[Call]:

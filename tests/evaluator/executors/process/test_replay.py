@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from evaluator._calls import Outcome, ScoreCall
+from evaluator._call._calls import Outcome, ScoreCall
+from evaluator._call._loader import UserFunction, load_function
 from evaluator._executors._process._executor import ProcessExecutor
 from evaluator._executors._process._relay import Replies
-from evaluator._loader import UserFunction, load_function
 from llm_client import ModelClient, ModelConfig, Simulator, SimulatorConfig
 from tests._helpers import until
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from evaluator._calls import ScoreCall
+from evaluator._call._calls import ScoreCall
+from evaluator._call._loader import load_function
 from evaluator._executors._process._executor import ProcessExecutor
 from evaluator._executors._process._forkserver import fork_supported
 from evaluator._executors._process._pool import cpu_state
-from evaluator._loader import load_function
 
 # Real worker processes are what these tests are about (the mark implies slow).
 pytestmark = [

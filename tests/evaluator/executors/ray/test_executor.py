@@ -19,11 +19,11 @@ import psutil
 import pytest
 
 from evaluator import Evaluator
-from evaluator._calls import Outcome, ScoreCall
+from evaluator._call._calls import Outcome, ScoreCall
+from evaluator._call._loader import UserFunction, load_function
 from evaluator._exceptions import ContractError
 from evaluator._executors._process._executor import ProcessExecutor
 from evaluator._executors._ray._executor import RayExecutor
-from evaluator._loader import UserFunction, load_function
 from evaluator._report import report_rows
 from llm_client import LLMError
 from tests._helpers import until
@@ -260,7 +260,7 @@ class TestShipping:
 import asyncio, ray
 from evaluator._exceptions import ContractError
 from evaluator._executors._ray._executor import RayExecutor
-from evaluator._loader import load_function
+from evaluator._call._loader import load_function
 
 fn = load_function({str(fn.path)!r}, "score")
 fn.path.unlink()
@@ -297,7 +297,7 @@ asyncio.run(main())
         path = tmp_path / "program.py"
         path.write_text(textwrap.dedent(source))
         fn = load_function(path, "run")
-        from evaluator._calls import RunCall
+        from evaluator._call._calls import RunCall
 
         box = fn.module.Box  # type: ignore[union-attr]
         async with RayExecutor(fn, "run", timeout=30) as ex:

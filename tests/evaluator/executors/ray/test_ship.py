@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from evaluator._call._loader import load_function
 from evaluator._exceptions import ConfigError
 from evaluator._executors._ray._ship import MAX_FOLDER_BYTES, PACKAGES, bundle
-from evaluator._loader import load_function
 
 METRIC = "def score(input, output, expected=None):\n    return 1.0, {'feedback': ''}\n"
 

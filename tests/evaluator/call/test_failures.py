@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from evaluator import _failures as failures
+from evaluator._call import _failures as failures
+from evaluator._call._loader import UserFunction, load_function
+from evaluator._call._results import ERROR_KINDS
 from evaluator._exceptions import InvalidReturn
-from evaluator._loader import UserFunction, load_function
-from evaluator._results import ERROR_KINDS
 from llm_client import ClientClosedError, LLMError, ModelConfigError
 
 
@@ -53,7 +53,7 @@ class TestKindOf:
         takes long enough to push a worker's call past its timeout)."""
         code = (
             "import sys\n"
-            "from evaluator._failures import kind_of\n"
+            "from evaluator._call._failures import kind_of\n"
             "assert kind_of('score', ValueError('x')) == 'metric_error'\n"
             "sys.exit(1 if 'llm_client' in sys.modules else 0)\n"
         )

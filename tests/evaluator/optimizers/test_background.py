@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from evaluator._background import BackgroundEngine
 from evaluator._exceptions import EngineClosedError
 from evaluator._models import Models
+from evaluator._optimizers._background import BackgroundEngine
 from llm_client import ModelConfig, Simulator, SimulatorConfig
 from tests._helpers import until_sync
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import msgspec
 
+from .._exceptions import InvalidReturn
 from ._copy import private_copy
-from ._exceptions import InvalidReturn
 from ._results import Scored
 
 __all__ = ["short_repr", "validate_return"]

@@ -10,7 +10,7 @@ Ids: a string or an integer (``"2"`` and ``2`` are different ids); a row without
 with ``null`` or ``""``) gets its 0-based position. Ids are unique in a file; when a
 position meets an explicit id, the message names both rows and says to give every row an
 id. How files are read (encodings, byte-order marks, NaN, nesting) is
-:mod:`evaluator._datafile`'s.
+:mod:`evaluator._data._datafile`'s.
 
 A :class:`Selection` picks some of a dataset's examples to try first: the first N, N
 drawn at random with a seed, or those with given ids; always in the dataset's order, and
@@ -30,9 +30,9 @@ from typing import Any
 
 import msgspec
 
+from .._call._results import example_key
+from .._exceptions import ConfigError, DatasetError
 from ._datafile import csv_rows, json_rows, jsonl_rows, too_deep, too_deep_problem
-from ._exceptions import ConfigError, DatasetError
-from ._results import example_key
 
 __all__ = [
     "NO_OUTPUT",
@@ -189,7 +189,7 @@ class _Unique:
     an explicit one (row 3 has no id and is given ``2``; another row says ``"id": 2``):
     the message then says so and how to avoid it, rather than name an id the file never
     wrote. ``"2"`` and ``2`` are different ids (JSON keeps them apart; so does the
-    results file: both match ids by :func:`evaluator._results.example_key`).
+    results file: both match ids by :func:`evaluator._call._results.example_key`).
     """
 
     def __init__(self) -> None:
@@ -283,7 +283,7 @@ def load_examples(
 
     Every bad row raises :class:`DatasetError` naming the file, the line and the problem;
     the file rules (encoding, byte-order marks, NaN, nesting) are those of
-    :mod:`evaluator._datafile`. ``digest`` (a ``hashlib`` object), when given, is
+    :mod:`evaluator._data._datafile`. ``digest`` (a ``hashlib`` object), when given, is
     updated with every byte of the file as it is read.
     """
     p = Path(path)

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._exceptions import (
+from .._exceptions import (
     STEP_FILE,
     STEP_PROGRAM_FILE,
     STEP_PROGRAM_SIGNATURE,
@@ -84,7 +84,7 @@ _lock = threading.Lock()
 #: The engine's top-level packages: inside the engine these names are always its own.
 ENGINE_PACKAGES = frozenset({"evaluator", "llm_client", "reward", "skynet"})
 #: Where the engine's packages are installed (one distribution: one folder).
-_ENGINE_ROOT = str(Path(__file__).resolve().parents[1])
+_ENGINE_ROOT = str(Path(__file__).resolve().parents[2])
 #: Where the standard library's modules are (the extension modules in lib-dynload).
 _STDLIB_DIR = os.path.dirname(os.__file__)
 _STDLIB_DIRS = [_STDLIB_DIR, os.path.join(_STDLIB_DIR, "lib-dynload")]
@@ -441,7 +441,7 @@ def _source_uses(path: Path) -> set[str] | None:
 
 def _value_uses(value: object) -> tuple[str | None, str | None]:
     """(the model use, the module it comes from) of one of a module's globals."""
-    from . import _facade
+    from .. import _facade
 
     if value is _facade.llm or value is _facade.allm:
         return _SKYNET_LLM, None

@@ -39,7 +39,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from ._exceptions import InvalidReturn
+from .._exceptions import InvalidReturn
 from ._results import ErrorInfo, ErrorKind
 
 if TYPE_CHECKING:

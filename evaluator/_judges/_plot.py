@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ._exceptions import ConfigError
+from .._exceptions import ConfigError
 
 __all__ = ["judges_figure", "plot_judges"]
 

@@ -18,7 +18,7 @@ built, so importing this module stays cheap.
 A judge metric (``from skynet import llm``) needs a model, and there is no ``Evaluator``
 here: the adapter takes the judge's model the ways a DSPy user has it (``lm=dspy.LM(...)``,
 ``reflection_lm=`` as the fallback, ``models=``; see :mod:`evaluator._lm`) and owns a
-:class:`~evaluator._background.BackgroundEngine`, so that the calls of all of DSPy's
+:class:`~evaluator._optimizers._background.BackgroundEngine`, so that the calls of all of DSPy's
 threads share one rate governor, retries, metering and prices. DSPy turns a metric's
 exception into a score of 0; so that a run of such zeros cannot pass unnoticed, the first
 failure of each kind is logged (one line, on the ``evaluator.dspy`` logger) and every
@@ -47,14 +47,15 @@ from typing import Any, Self
 
 import msgspec
 
-from . import _failures as failures
-from ._background import BackgroundEngine
-from ._cache import KeyMaker, depends_on_measurements
-from ._context import CallContext, call_context
-from ._contract import short_repr, validate_return
-from ._copy import private_copy
-from ._dataset import Example
-from ._exceptions import (
+from .._cache import KeyMaker, depends_on_measurements
+from .._call import _failures as failures
+from .._call._context import CallContext, call_context
+from .._call._contract import short_repr, validate_return
+from .._call._copy import private_copy
+from .._call._loader import UserFunction, _arity, load_metric
+from .._call._results import Observation, Scored, Usage
+from .._data._dataset import Example
+from .._exceptions import (
     STEP_RUNS,
     ConfigError,
     ContractError,
@@ -62,10 +63,9 @@ from ._exceptions import (
     InvalidReturn,
     NoModelError,
 )
-from ._lm import check_keys, resolve_models, simulator_config
-from ._loader import UserFunction, _arity, load_metric
-from ._models import Models
-from ._results import Observation, Scored, Usage
+from .._lm import check_keys, resolve_models, simulator_config
+from .._models import Models
+from ._background import BackgroundEngine
 
 __all__ = ["DSPyMetric", "DSPyMetricStatistics", "to_dspy_metric"]
 

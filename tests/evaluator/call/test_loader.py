@@ -10,7 +10,7 @@ from evaluator import ContractError, load_metric, load_program
 from evaluator._exceptions import STEP_FILE, STEP_SIGNATURE
 from tests._helpers import write
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "metrics"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "metrics"
 
 
 class TestForms:

@@ -362,7 +362,7 @@ class TestRewardUnderDspy:
 
 # -- the page's judge metric under DSPy: a model, one engine, real HTTP -------------------
 
-JUDGE = Path(__file__).resolve().parents[2] / "examples" / "metrics" / "judge.py"
+JUDGE = Path(__file__).resolve().parents[3] / "examples" / "metrics" / "judge.py"
 KEY = "sk-test-judge-0123456789"
 QUESTIONS = [f"What is {i} + {i}?" for i in range(20)]
 
@@ -699,7 +699,7 @@ class TestExample:
         """examples/gepa/dspy_judge.py runs offline and prints the score and the judge's cost."""
         import importlib.util
 
-        path = Path(__file__).resolve().parents[2] / "examples" / "gepa" / "dspy_judge.py"
+        path = Path(__file__).resolve().parents[3] / "examples" / "gepa" / "dspy_judge.py"
         spec = importlib.util.spec_from_file_location("_skynet_dspy_judge_example", path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)

@@ -24,10 +24,10 @@ import threading
 from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from ._exceptions import EngineClosedError
-from ._lm import served
-from ._models import Meter, ModelRouter, Models
-from ._results import Usage
+from .._call._results import Usage
+from .._exceptions import EngineClosedError
+from .._lm import served
+from .._models import Meter, ModelRouter, Models
 
 if TYPE_CHECKING:
     from llm_client import SimulatorConfig

@@ -1,4 +1,4 @@
-"""Tests of ``evaluator._agreement``: agreement, kappa, Pearson, Pareto front,
+"""Tests of ``evaluator._judges._agreement``: agreement, kappa, Pearson, Pareto front,
 repeatability (flip-free share, Fleiss' kappa, ICC, within-example std, majority) and the
 confusion matrix, each against values worked out by hand on small fixed sets."""
 
@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from evaluator._agreement import (
+from evaluator._judges._agreement import (
     agreement_rate,
     cohens_kappa,
     confusion_counts,

@@ -1,4 +1,4 @@
-"""``evaluator._results.example_key``: the one identity of an example id, shared by the
+"""``evaluator._call._results.example_key``: the one identity of an example id, shared by the
 dataset's duplicate check, ``--resume``'s reading and the report's joins."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import msgspec
 import pytest
 
 from evaluator import DatasetError, Result
-from evaluator._dataset import examples_from_rows
+from evaluator._call._results import example_key
+from evaluator._data._dataset import examples_from_rows
 from evaluator._report_html._load import join_examples
-from evaluator._results import example_key
 from evaluator._resultsfile import scan
 
 

@@ -42,7 +42,7 @@ from typing import Any, BinaryIO
 
 import msgspec
 
-from ._exceptions import DatasetError
+from .._exceptions import DatasetError
 
 __all__ = ["MAX_DEPTH", "csv_rows", "json_rows", "jsonl_rows", "too_deep", "too_deep_problem"]
 

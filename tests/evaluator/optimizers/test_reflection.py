@@ -9,9 +9,9 @@ from typing import cast
 import anyio
 import pytest
 
+from evaluator._call._results import ERROR_KINDS, ErrorInfo, ErrorKind, Result
+from evaluator._optimizers._reflection import METRIC_FAILURE_TEXT, from_program, reflection_feedback
 from evaluator._pipeline import Evaluator
-from evaluator._reflection import METRIC_FAILURE_TEXT, from_program, reflection_feedback
-from evaluator._results import ERROR_KINDS, ErrorInfo, ErrorKind, Result
 from evaluator.gepa import EvaluatorAdapter
 
 

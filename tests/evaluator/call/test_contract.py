@@ -217,7 +217,7 @@ class TestFastPath:
     ) -> None:
         """The fast path for (number, {"feedback": str}) gives exactly what the full
         validator gives, for valid and invalid values alike (same struct or same error)."""
-        from evaluator._contract import _validate_slow
+        from evaluator._call._contract import _validate_slow
 
         info: dict[Any, Any] = {"feedback": feedback}
         if extra_key is not None:

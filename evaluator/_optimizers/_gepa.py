@@ -27,7 +27,7 @@ imports ``skynet.llm`` with no model to serve it gets a warning at open, not a r
 failure scores.
 
 Nothing handed to GEPA carries the examples' ``expected`` values, by construction rather
-than by masking (see :mod:`evaluator._reflection`): trajectories and reflective records
+than by masking (see :mod:`evaluator._optimizers._reflection`): trajectories and reflective records
 hold the inputs as copied before the evaluation, the program's output, the score, the
 metric's own feedback and named scores, and for an error the engine's words for it (a
 metric's exception message is never among them; it is logged for people instead). Each
@@ -47,18 +47,18 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 import anyio
 import anyio.from_thread
 
-from ._copy import private_copy
-from ._dataset import NO_OUTPUT, Example, examples_from_rows
-from ._exceptions import ConfigError
-from ._lm import check_keys, resolve_models, served, simulator_config
-from ._loader import UserFunction
+from .._call._copy import private_copy
+from .._call._loader import UserFunction
+from .._call._results import Result
+from .._data._dataset import NO_OUTPUT, Example, examples_from_rows
+from .._exceptions import ConfigError
+from .._lm import check_keys, resolve_models, served, simulator_config
 from ._reflection import from_program, reflection_feedback
-from ._results import Result
 
 if TYPE_CHECKING:
     from gepa.core.adapter import EvaluationBatch, ProposalFn
 
-    from ._pipeline import EvaluatorStatistics
+    from .._pipeline import EvaluatorStatistics
 
 __all__ = ["EvaluatorAdapter", "Trajectory"]
 
@@ -146,7 +146,7 @@ class EvaluatorAdapter:
         (artifact, example) pair scored once is not paid for again. ``cache="DIR"``
         keeps results on disk too, across runs (see ``Evaluator``).
         """
-        from ._pipeline import Evaluator
+        from .._pipeline import Evaluator
 
         evaluator_options.setdefault("cache", True)
         judge = resolve_models(
@@ -379,7 +379,7 @@ class EvaluatorAdapter:
 
 def _calls_llm(metric: UserFunction) -> bool:
     """Whether the metric's module imported ``skynet.llm`` or ``skynet.allm`` by name."""
-    from ._facade import allm, llm
+    from .._facade import allm, llm
 
     module = metric.module
     return module is not None and any(v is llm or v is allm for v in vars(module).values())

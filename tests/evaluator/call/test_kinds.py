@@ -9,15 +9,15 @@ from typing import get_args
 
 import pytest
 
+from evaluator._call._kinds import EXECUTIONS, ExecutionKind, refusal
+from evaluator._call._loader import UserFunction, load_metric
 from evaluator._cli._main import build_parser
 from evaluator._exceptions import ConfigError
 from evaluator._executors._base import ExecutorOptions, check_executor
 from evaluator._executors._factory import open_executor
-from evaluator._kinds import EXECUTIONS, ExecutionKind, refusal
-from evaluator._loader import UserFunction, load_metric
 from evaluator._pipeline import choose_execution
 
-SOURCES = Path(__file__).resolve().parent / "sources"
+SOURCES = Path(__file__).resolve().parents[1] / "sources"
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from evaluator._copy import private_artifact, private_copy
+from evaluator._call._copy import private_artifact, private_copy
 
 
 class Point:

@@ -67,7 +67,7 @@ ERROR_KINDS: tuple[str, ...] = ErrorKind.__args__  # type: ignore[attr-defined]
 class ErrorInfo(msgspec.Struct, frozen=True, gc=False):
     """Why an example has no valid score: the kind (see ``ERROR_KINDS``) and a message.
 
-    Built only by :mod:`evaluator._failures`, the one place that words each kind.
+    Built only by :mod:`evaluator._call._failures`, the one place that words each kind.
     """
 
     kind: ErrorKind

@@ -11,11 +11,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from evaluator._calls import RunCall, ScoreCall, SyncInvoker, invoke_async, invoke_sync
-from evaluator._context import current
+from evaluator._call._calls import RunCall, ScoreCall, SyncInvoker, invoke_async, invoke_sync
+from evaluator._call._context import current
+from evaluator._call._loader import UserFunction, load_function
+from evaluator._call._results import Observation, Scored
 from evaluator._executors._bridge import LoopBridge
-from evaluator._loader import UserFunction, load_function
-from evaluator._results import Observation, Scored
 
 METRIC = """
 import sys
@@ -161,7 +161,7 @@ class TestSyncInvoker:
                 assert ctx is not None
                 seen.append(ctx.example_id)
         finally:
-            from evaluator._context import _current
+            from evaluator._call._context import _current
 
             _current.reset(token)
         assert seen == ["e0", "e1", "e2"]

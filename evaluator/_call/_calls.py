@@ -4,7 +4,7 @@ Executors differ only in *where* calls run (the loop, a thread, a worker process
 call is :class:`SyncInvoker` (one per thread or worker), an async call
 :func:`invoke_async`. What a call is (:class:`RunCall`, :class:`ScoreCall`), what it
 returns (:class:`Outcome`) and how it is timed is defined once, here; how a failure is
-named is :mod:`evaluator._failures`.
+named is :mod:`evaluator._call._failures`.
 
 A worker process imports this module at boot, so it imports no event loop machinery.
 """
@@ -20,11 +20,11 @@ from typing import Any, ClassVar, TypeAlias, cast
 import msgspec
 from msgspec.structs import replace as _struct_copy
 
+from .._exceptions import InvalidReturn
 from . import _failures as failures
 from ._context import CallContext, LLMBridge, Stage, _current
 from ._contract import validate_return
 from ._copy import private_artifact, private_copy
-from ._exceptions import InvalidReturn
 from ._loader import UserFunction
 from ._results import ErrorInfo, Observation
 
@@ -226,7 +226,7 @@ class SyncInvoker:
     the engine's clock.
 
     ``private``: the executor shares the engine's memory (a thread), so each call gets
-    its own copy of the example's data (``evaluator._copy.private_copy``) and of its
+    its own copy of the example's data (``evaluator._call._copy.private_copy``) and of its
     observation: a function that edits its arguments changes neither the example (the
     next candidate's call, the metric after the program, what a reflection is shown)
     nor what the engine recorded. A worker process receives pickled copies already.

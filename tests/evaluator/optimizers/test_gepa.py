@@ -446,7 +446,7 @@ class TestGepaOptimize:
 class TestExample:
     def test_shipped_example_raises_the_score(self, capsys: pytest.CaptureFixture[str]) -> None:
         """examples/gepa/optimize.py runs offline on examples/classify and the score goes up."""
-        path = Path(__file__).resolve().parents[2] / "examples" / "gepa" / "optimize.py"
+        path = Path(__file__).resolve().parents[3] / "examples" / "gepa" / "optimize.py"
         spec = importlib.util.spec_from_file_location("_skynet_gepa_example", path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)

@@ -25,7 +25,7 @@ from fields that never held ``expected``:
 
 from __future__ import annotations
 
-from ._results import ErrorInfo, Result
+from .._call._results import ErrorInfo, Result
 
 __all__ = ["METRIC_FAILURE_TEXT", "from_program", "reflection_feedback"]
 

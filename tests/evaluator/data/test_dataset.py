@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from evaluator import DatasetError, Example, load_examples
-from evaluator._datafile import MAX_DEPTH
-from evaluator._dataset import NO_OUTPUT, Selection, examples_from_rows, read_dataset
+from evaluator._data._datafile import MAX_DEPTH
+from evaluator._data._dataset import NO_OUTPUT, Selection, examples_from_rows, read_dataset
 
 
 def jsonl(path: Path, rows: list[Any]) -> Path:
@@ -353,21 +353,21 @@ class TestReadDataset:
 class TestSelection:
     @staticmethod
     def examples(n: int) -> Any:
-        from evaluator._dataset import examples_from_rows
+        from evaluator._data._dataset import examples_from_rows
 
         rows = [{"id": f"e{i}" if i % 2 else i, "input": {"i": i}} for i in range(n)]
         return lambda: examples_from_rows(rows)
 
     def test_limit_takes_the_first(self) -> None:
         """limit=3: the first three examples, nothing read past them matters."""
-        from evaluator._dataset import Selection
+        from evaluator._data._dataset import Selection
 
         assert [e.id for e in Selection(limit=3).select(self.examples(10))] == [0, "e1", 2]
 
     def test_sample_is_seeded_and_in_order(self) -> None:
         """The same seed draws the same examples, in the dataset's order; a sample larger
         than the dataset is all of it."""
-        from evaluator._dataset import Selection
+        from evaluator._data._dataset import Selection
 
         def draw(seed: int) -> list[Any]:
             return [e.id for e in Selection(sample=4, seed=seed).select(self.examples(20))]
@@ -379,7 +379,7 @@ class TestSelection:
 
     def test_ids_match_as_text(self) -> None:
         """ids are matched as text, so '2' finds the integer id 2."""
-        from evaluator._dataset import Selection
+        from evaluator._data._dataset import Selection
 
         picked = Selection(ids=["e3", "2"]).select(self.examples(6))
         assert [e.id for e in picked] == [2, "e3"]
@@ -387,7 +387,7 @@ class TestSelection:
     def test_an_unknown_id_is_named_with_a_guess(self) -> None:
         """An id no example has raises ConfigError naming it and a close one."""
         from evaluator import ConfigError
-        from evaluator._dataset import Selection
+        from evaluator._data._dataset import Selection
 
         with pytest.raises(ConfigError, match=r"'e33'.*did you mean 'e3'"):
             list(Selection(ids=["e33"]).select(self.examples(6)))
