@@ -345,7 +345,7 @@ def bench_storm(smoke: bool) -> None:
 
 
 def bench_budget(smoke: bool) -> None:
-    n, rpm, window = (900, 6000.0, 3.0) if smoke else (3000, 1800.0, 10.0)
+    n, rpm, window = (400, 6000.0, 1.0) if smoke else (3000, 1800.0, 10.0)
     limit = rpm / 60.0
     print(
         f"\n4. A budget nobody configured: {n} judge calls, 64 in flight, 250 ms latency, "

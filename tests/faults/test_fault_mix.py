@@ -72,8 +72,10 @@ class TestFaultMix:
             Evaluator(
                 metric,
                 program,
-                timeout=1.0,
-                program_timeout=1.0,
+                # 2.5 s: an ok judge call on a loaded machine (a parallel suite on 2
+                # cores) has taken past 1 s; each of the 6 hangs costs this once.
+                timeout=2.5,
+                program_timeout=2.5,
                 workers=2,
                 execution="process",
                 program_execution="process",

@@ -239,11 +239,11 @@ class TestShadowingModules:
             tmp_path / "metric.py",
             """
             import os, sys
-            if sys.argv[0] == "-c":  # a worker, not the engine
+            if os.getpid() != ENGINE_PID:  # a worker, not the engine (nor pytest's own)
                 sys.stderr.write("the licence server is unreachable (code 7)\\n")
                 sys.stderr.flush()
                 os.kill(os.getpid(), 9)
-            """,
+            """.replace("ENGINE_PID", str(os.getpid())),
             OK_METRIC,
         )
         async with Evaluator(path, execution="process", workers=1, timeout=30) as ev:

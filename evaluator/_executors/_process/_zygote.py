@@ -145,7 +145,10 @@ class _Server:
             self.reap()
 
     def message(self) -> None:
-        data, fds, _flags, _addr = socket.recv_fds(self.ctl, MAX_MESSAGE, 2)
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(self.ctl, MAX_MESSAGE, 2)
+        except ConnectionError:  # reset rather than closed: the engine is gone all the same
+            data, fds = b"", []
         if not data:
             os._exit(0)  # the engine is gone; the workers die with this process
         message = pickle.loads(data)
