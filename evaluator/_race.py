@@ -480,12 +480,11 @@ class _State:
         width = len(self.ids)
         for i in range(len(self.names)):
             # The dropped get no value for these examples: the matrix stays rectangular.
-            got = results.get(i)
-            if got is None:
+            if i not in results:
                 self.columns[i].extend([None] * len(batch))
                 continue
-            self.columns[i].extend(_scores_of(got, self.names[i], self.score_range))
-            self.tallies[i].add(got)
+            self.columns[i].extend(_scores_of(results[i], self.names[i], self.score_range))
+            self.tallies[i].add(results[i])
         self.ids.extend(r.example_id for r in results[self.alive[0]])
         cut = None
         for i in self.alive:
