@@ -17,7 +17,12 @@ hedge):
   ``Evaluator.race`` at 95%; 20 seeds of 1,000 examples (smoke: 3 of 300). Goals: the
   correct winner, or a reported tie that includes it, in at least 95% of the seeds; at
   most 30% of the calls (evaluations: a program and a metric call each) of scoring every
-  candidate on every example.
+  candidate on every example. Then **a race under a dollar budget**: the same 8
+  candidates, judged by a priced model on the simulator (``skynet.allm``, $0.50 per
+  million tokens), under ``Evaluator.race(budget=Budget(usd=0.01))``, which runs out
+  before the race can end: the race stops with the standing (outcome "budget"), what the
+  simulator billed and what the race says it spent are at most the budget, and every
+  evaluated cell has one score, the cut ones ``budget_exhausted``.
 - **budget**: a dollar budget that runs out mid-run is never overrun. An async judge
   metric (``skynet.allm`` to the simulator, 5-15 ms a reply, priced at $0.50 per million
   tokens in and out) keeps 64 model calls in flight over 2,000 examples (smoke: 1,000),
@@ -44,7 +49,11 @@ hedge):
   quantile of recent latencies, at most 10% extra calls, within the rate budget) for
   Q = 0.95 and 0.9. Goals: the p99 of a minibatch at most 0.5 of unhedged, at most 10%
   extra calls; a losing copy that replied is metered, one cancelled in flight makes the
-  call's cost unmeasured (a provider may bill a cancelled request).
+  call's cost unmeasured (a provider may bill a cancelled request). Then **hedging under
+  a dollar budget**: hedge=0.9 with ``Budget(usd=0.003, max_tokens=256)`` on the
+  Evaluator, which runs out part way: each hedge copy reserves its own worst case
+  first, so what the simulator billed is at most the budget, and the hedges that did not
+  fit are refused (counted).
 """
 
 from __future__ import annotations
@@ -186,7 +195,43 @@ async def bench_race(folder: Path, smoke: bool) -> bool:
     print(
         f"  calls against scoring everything: mean {share:.1%}, max {max(shares):.1%} (goal <= 30%)"
     )
-    return True
+    return await _race_under_budget(folder, program, n)
+
+
+RACE_JUDGE = """
+from skynet import allm
+
+async def score(input, output, expected=None):
+    text = await allm("Judge this answer: PASS or FAIL.", input=str(output), max_tokens=50)
+    return (1.0 if output else 0.0), {"feedback": text}
+"""
+
+
+async def _race_under_budget(folder: Path, program: Path, n: int) -> bool:
+    (metric,) = _write(folder, race_judge=RACE_JUDGE)
+    async with _simulator(latency_ms=5, jitter_ms=10) as sim:
+        models = Models(metric=_model(sim, "sim-judge", price=PRICE))
+        async with Evaluator(metric, program, models=models, concurrency=IN_FLIGHT) as ev:
+            race = await ev.race(_candidates(0), _race_examples(n, 0), budget=Budget(usd=BUDGET))
+        stats = sim.statistics()
+    billed = (stats.prompt_tokens + stats.completion_tokens) * PRICE / 1e6
+    s, b = race.spend, race.budget
+    assert b is not None
+    within = billed <= BUDGET and b.spent_usd <= BUDGET and (s.cost_usd or 0.0) <= BUDGET
+    won = ",".join(str(i) for i in race.winners)
+    print(f"race under a dollar budget: 8 candidates judged at ${PRICE}/M, Budget(usd={BUDGET})")
+    print(
+        f"  outcome {race.outcome}, standing [{won}] after {len(race.example_ids):,} examples; "
+        f"{race.reason}"
+    )
+    print(
+        f"  spent / budget: billed by the server {billed / BUDGET:.3f}, ledger "
+        f"{b.spent_usd / BUDGET:.3f}, race's spend {(s.cost_usd or 0.0) / BUDGET:.3f} "
+        f"(goal <= 1); {s.model_calls:,} calls, {s.evaluations:,} evaluations of "
+        f"{s.full_evaluations:,}, {s.exhausted:,} cells budget_exhausted; everything: "
+        f"~${s.full_cost_usd or 0.0:.4f}"
+    )
+    return within and race.outcome == "budget"
 
 
 # -- budget -------------------------------------------------------------------------
@@ -331,7 +376,9 @@ def _hedge_minibatch(loop: int, step: int) -> list[Example]:
     ]
 
 
-async def _hedge_run(hedge: Hedge | None, loops: int, steps: int) -> dict[str, object]:
+async def _hedge_run(
+    hedge: Hedge | None, loops: int, steps: int, budget: Budget | None = None
+) -> dict[str, object]:
     sim_config = SimulatorConfig(latency_ms=40, jitter_ms=10, tail_share=0.05, tail_factor=10)
     async with Simulator(sim_config) as sim:
         config = ModelConfig(
@@ -342,7 +389,7 @@ async def _hedge_run(hedge: Hedge | None, loops: int, steps: int) -> dict[str, o
             price_output=0.6,
             hedge=hedge,
         )
-        async with Evaluator(HEDGE_JUDGE, models=Models(metric=config)) as ev:
+        async with Evaluator(HEDGE_JUDGE, models=Models(metric=config), budget=budget) as ev:
             times: list[float] = []
             errors = 0
 
@@ -363,14 +410,17 @@ async def _hedge_run(hedge: Hedge | None, loops: int, steps: int) -> dict[str, o
                 for loop in range(loops):
                     tg.create_task(optimizer(loop, True, 1, 1 + steps))
             stats = ev.statistics()
-            (budget,) = stats.model_budgets
+            (model_budget,) = stats.model_budgets
+            served = sim.statistics()
             return {
                 "times": times,
                 "errors": errors,
-                "requests": sim.statistics().requests - served_before,
-                "hedging": budget.hedging,
-                "row": budget.describe(),
+                "requests": served.requests - served_before,
+                "hedging": model_budget.hedging,
+                "row": model_budget.describe(),
                 "cost": stats.models.judge_cost_usd,
+                "billed": (served.prompt_tokens * 0.15 + served.completion_tokens * 0.6) / 1e6,
+                "spent": None if ev.spend is None else ev.spend.spent_usd,
             }
 
 
@@ -412,7 +462,31 @@ async def _hedge_bench(loops: int, steps: int) -> int:
         hedged = await _hedge_run(Hedge(quantile=q, max_extra=0.1), loops, steps)
         problems += _hedge_report(f"hedge={q:g} (max_extra=0.1)", plain, hedged)
     print(f"errors: {problems}")
-    return 1 if problems else 0
+    over = _hedge_budget(await _hedge_run(Hedge(quantile=0.9), loops, steps, HEDGE_BUDGET))
+    return 1 if problems or over else 0
+
+
+#: Tight: ~16 worst cases (a 256-token cap) fit at once, beside 12 first copies in flight,
+#: and cancelled copies count at their worst case, so it runs out part way.
+HEDGE_BUDGET = Budget(usd=0.003, max_tokens=256)
+
+
+def _hedge_budget(run: dict[str, object]) -> int:
+    """Hedging under a dollar budget: spent at most it, the hedges that did not fit refused."""
+    h, billed, spent = run["hedging"], run["billed"], run["spent"]
+    assert isinstance(h, HedgeStatistics) and isinstance(billed, float)
+    assert isinstance(spent, float)
+    limit = HEDGE_BUDGET.usd
+    assert limit is not None
+    print(f"-- hedge=0.9 under Budget(usd={limit:g}, max_tokens={HEDGE_BUDGET.max_tokens})")
+    print(
+        f"spent / budget: billed by the server {billed / limit:.3f}, ledger "
+        f"{spent / limit:.3f} (goal <= 1); hedges sent {h.hedges_sent} of {h.calls} calls, "
+        f"refused by the spending budget {h.refused_budget}, by the rate budget "
+        f"{h.refused - h.refused_budget}"
+    )
+    print(f"report row: model budget: {run['row']}")
+    return 0 if billed <= limit and spent <= limit else 1
 
 
 async def bench_hedge(folder: Path, smoke: bool) -> bool:

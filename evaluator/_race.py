@@ -4,7 +4,9 @@ Every surviving candidate is evaluated on the same examples in rounds (paired), 
 examples taken in a seeded random order; after each round a candidate is dropped once
 another is better than it at the race's confidence, and the race ends when one is left,
 when the survivors are tied under the ``ties`` rule, when the examples run out, or when
-``max_evaluations`` is spent. The method and its guarantee are written down in
+``max_evaluations`` or the spending budget (``spend``, ``llm_client/_spend.py``) is spent:
+then the standing is reported, and the examples the budget cut are ``budget_exhausted``
+cells, counted in no mean and no test. The method and its guarantee are written down in
 docs/architecture/race.md.
 
 The statistics are pure functions of numpy arrays (:func:`betting_log_wealth`,
@@ -28,7 +30,7 @@ import numpy.typing as npt
 
 from ._call._results import Result
 from ._exceptions import ConfigError, ResultsFileError
-from ._report import result_cost
+from ._report import BudgetSummary, budget_summary, result_cost
 
 __all__ = [
     "RaceCandidate",
@@ -208,10 +210,12 @@ class RaceSpend(msgspec.Struct, frozen=True, kw_only=True):
     """What a race (or one candidate) spent, against evaluating every example.
 
     ``evaluations``: examples evaluated now (the program and metric ran), ``cached``:
-    taken from the cache; ``model_calls`` and ``cost_usd`` of the evaluations now (cost
-    None when some cost was unmeasured). ``full_*``: the same for every candidate on every
-    example, estimated as each candidate's per-example figure times the examples it did
-    not see (None when its per-example cost is unmeasured or no example was seen).
+    taken from the cache; ``model_calls`` and ``cost_usd``: all the race made and paid
+    now (cost None when some cost was unmeasured), the calls of examples the budget cut
+    part way included. ``full_*``: the same for every candidate on every example,
+    estimated from each candidate's evaluations as their figure per example times the
+    examples it did not see (None when its per-example cost is unmeasured or no example
+    was evaluated). ``exhausted``: (candidate, example) cells the budget cut.
     """
 
     evaluations: int
@@ -221,6 +225,7 @@ class RaceSpend(msgspec.Struct, frozen=True, kw_only=True):
     full_evaluations: int
     full_model_calls: int | None
     full_cost_usd: float | None
+    exhausted: int = 0
 
 
 class RaceCandidate(msgspec.Struct, frozen=True, kw_only=True):
@@ -237,6 +242,8 @@ class RaceCandidate(msgspec.Struct, frozen=True, kw_only=True):
     examples: int
     errors: int
     """Of its results, those with an error (scored at the failure score)."""
+    exhausted: int = 0
+    """Its examples the budget cut (``budget_exhausted``: in no mean, no test)."""
     dropped_round: int | None
     dropped_reason: str | None
     spend: RaceSpend
@@ -255,9 +262,11 @@ class RaceResult(msgspec.Struct, frozen=True, kw_only=True):
     """The outcome of a race. ``winners``: the best candidate, or several when they
     could not be told apart (``tied``): never one picked silently. ``outcome``: "winner",
     "tied" (the examples ran out, or the survivors are within the ties epsilon) or
-    "budget" (``max_evaluations`` ended the race: ``winners`` is the standing then).
-    ``ranking``: candidate indices, best first. ``scores[i][c]``: candidate i's score on
-    ``example_ids[c]`` (None where it was not evaluated: after its drop)."""
+    "budget" (``max_evaluations`` or the spending budget ended the race: ``winners`` is
+    the standing then). ``ranking``: candidate indices, best first. ``scores[i][c]``:
+    candidate i's score on ``example_ids[c]`` (None where it was not evaluated: after its
+    drop, or cut by the budget, ``exhausted[i]`` lists those columns). ``budget``: the
+    spending budget the race ran under against what was spent (None: none)."""
 
     outcome: Literal["winner", "tied", "budget"]
     reason: str
@@ -273,6 +282,8 @@ class RaceResult(msgspec.Struct, frozen=True, kw_only=True):
     scores: list[list[float | None]]
     spend: RaceSpend
     seed: int
+    exhausted: list[list[int]] = []
+    budget: BudgetSummary | None = None
 
     @property
     def winner(self) -> RaceCandidate | None:
@@ -291,30 +302,40 @@ class _Tally:
     def __init__(self) -> None:
         self.evaluations = 0
         self.cached = 0
-        self.model_calls = 0
+        self.model_calls = 0  # every call made, those of examples the budget cut too
         self.cost: float | None = 0.0
+        self.eval_calls = 0  # of the evaluations only: the rate "everything" is read at
+        self.eval_cost: float | None = 0.0
         self.seen = 0
         self.errors = 0
+        self.exhausted = 0
 
     def add(self, results: Sequence[Result]) -> None:
-        self.seen += len(results)
         for r in results:
-            self.errors += r.error is not None
-            if r.cached:
+            cut = r.error is not None and r.error.kind == "budget_exhausted"
+            if r.cached and not cut:
                 self.cached += 1
+                self.seen += 1
                 continue
-            self.evaluations += 1
-            obs = r.observation
-            self.model_calls += obs.llm_calls + r.judge.llm_calls
+            calls = r.observation.llm_calls + r.judge.llm_calls
             cost = result_cost(r)
-            self.cost = None if cost is None or self.cost is None else self.cost + cost
+            self.model_calls += calls
+            self.cost = _plus(self.cost, cost)
+            if cut:
+                self.exhausted += 1
+                continue
+            self.seen += 1
+            self.errors += r.error is not None
+            self.evaluations += 1
+            self.eval_calls += calls
+            self.eval_cost = _plus(self.eval_cost, cost)
 
     def spend(self, total: int) -> RaceSpend:
         left = total - self.seen
         fresh = self.evaluations
         if fresh:
-            calls: int | None = round(self.model_calls + self.model_calls / fresh * left)
-            cost = None if self.cost is None else self.cost + self.cost / fresh * left
+            calls: int | None = round(self.eval_calls + self.eval_calls / fresh * left)
+            cost = None if self.eval_cost is None else self.eval_cost * (1 + left / fresh)
         else:
             calls = cost = None
         return RaceSpend(
@@ -325,7 +346,12 @@ class _Tally:
             full_evaluations=total,
             full_model_calls=calls,
             full_cost_usd=cost,
+            exhausted=self.exhausted,
         )
+
+
+def _plus(total: float | None, cost: float | None) -> float | None:
+    return None if total is None or cost is None else total + cost
 
 
 def _total(spends: Sequence[RaceSpend]) -> RaceSpend:
@@ -340,6 +366,7 @@ def _total(spends: Sequence[RaceSpend]) -> RaceSpend:
         full_evaluations=sum(s.full_evaluations for s in spends),
         full_model_calls=add([s.full_model_calls for s in spends]),
         full_cost_usd=add([s.full_cost_usd for s in spends]),
+        exhausted=sum(s.exhausted for s in spends),
     )
 
 
@@ -389,10 +416,14 @@ def _check_race(
 
 def _scores_of(
     results: Sequence[Result], label: str, score_range: tuple[float, float]
-) -> list[float]:
+) -> list[float | None]:
+    """Each result's score; None for one the budget cut (it was not evaluated)."""
     lo, hi = score_range
-    out = []
+    out: list[float | None] = []
     for r in results:
+        if r.error is not None and r.error.kind == "budget_exhausted":
+            out.append(None)
+            continue
         s = float(r.score)
         if not (lo <= s <= hi):
             raise ConfigError(
@@ -413,18 +444,24 @@ class _State:
         k = len(names)
         self.names = names
         self.score_range = score_range
-        self.columns: list[list[float]] = [[] for _ in range(k)]
+        #: Each candidate's score per example taken (None: not evaluated, after its drop
+        #: or cut by the budget), the columns of ``ids``.
+        self.columns: list[list[float | None]] = [[] for _ in range(k)]
         self.ids: list[Any] = []
         self.tallies = [_Tally() for _ in range(k)]
         self.alive = list(range(k))
         self.dropped_round: dict[int, int] = {}
         self.reasons: dict[int, str] = {}
         self.rounds: list[RaceRound] = []
+        self.cut: list[list[int]] = [[] for _ in range(k)]  # columns the budget cut
         self.spent = 0
         self.seen = 0
 
-    async def run(self, evaluate: Evaluate, candidates: Sequence[Any], batch: list[Any]) -> None:
-        """Evaluate every alive candidate on ``batch``, all at once, and keep the scores."""
+    async def run(
+        self, evaluate: Evaluate, candidates: Sequence[Any], batch: list[Any]
+    ) -> str | None:
+        """Evaluate every alive candidate on ``batch``, all at once, and keep the scores;
+        the feedback of a result the budget cut (None: none was)."""
         results: dict[int, list[Result]] = {}
 
         async def one(i: int) -> None:
@@ -440,11 +477,35 @@ class _State:
                     f"the race's evaluate returned {len(got)} results for {len(batch)} "
                     "examples (it must return one per example)"
                 )
-            self.columns[i].extend(_scores_of(got, self.names[i], self.score_range))
-            self.tallies[i].add(got)
+        width = len(self.ids)
+        for i in range(len(self.names)):
+            # The dropped get no value for these examples: the matrix stays rectangular.
+            if i not in results:
+                self.columns[i].extend([None] * len(batch))
+                continue
+            self.columns[i].extend(_scores_of(results[i], self.names[i], self.score_range))
+            self.tallies[i].add(results[i])
         self.ids.extend(r.example_id for r in results[self.alive[0]])
-        self.spent += len(self.alive) * len(batch)
+        cut = None
+        for i in self.alive:
+            for c, r in enumerate(results[i]):
+                if r.error is not None and r.error.kind == "budget_exhausted":
+                    cut = r.feedback
+                    self.cut[i].append(width + c)
+                else:
+                    self.spent += 1
         self.seen += len(batch)
+        assert all(len(c) == width + len(batch) for c in self.columns)
+        return cut
+
+    def paired(self) -> Matrix:
+        """The alive candidates' scores on the examples every one of them was evaluated
+        on (the paired test's columns: all of them but those the budget cut)."""
+        rows = [self.columns[i] for i in self.alive]
+        both = [c for c in range(len(self.ids)) if all(row[c] is not None for row in rows)]
+        return np.array([[row[c] for c in both] for row in rows], dtype=np.float64).reshape(
+            len(rows), len(both)
+        )
 
     def drop(self, decision: Decision, matrix: Matrix, confidence: float, alpha: float) -> None:
         """Drop the candidates ``decision`` beats (positions among the alive), saying why."""
@@ -482,9 +543,12 @@ async def run_race(
     max_evaluations: int | None = None,
     seed: int = 0,
     first_round: int = FIRST_ROUND,
+    spend: Any = None,
 ) -> RaceResult:
     """Race ``candidates`` on ``examples`` through ``evaluate(candidate, examples)``
-    (one result per example, in order); see :meth:`evaluator.Evaluator.race`."""
+    (one result per example, in order); see :meth:`evaluator.Evaluator.race`. ``spend``:
+    the ``llm_client.Spend`` ledger the evaluations reserve against (None: no budget);
+    no round starts once it is spent, and the race reports against it."""
     names = _check_race(candidates, labels, confidence, score_range, max_evaluations)
     rule = parse_ties(ties)
     order = list(examples)
@@ -504,19 +568,32 @@ async def run_race(
         f"apart at {confidence:.0%}"
     )
     for end in round_ends(len(order), first_round):
+        why = None if spend is None else spend.stop_reason()
+        if why is not None:
+            outcome, reason = "budget", _ran_out(state.seen, why)
+            break
         stop = end
         if max_evaluations is not None:
             stop = min(end, state.seen + (max_evaluations - state.spent) // len(state.alive))
             if stop <= state.seen:
                 outcome, reason = "budget", f"max_evaluations={max_evaluations} was spent"
                 break
-        await state.run(evaluate, candidates, order[state.seen : stop])
-        matrix = np.array([state.columns[i] for i in state.alive], dtype=np.float64)
-        decision = decide(matrix, width, deltas, rule)
+        cut = await state.run(evaluate, candidates, order[state.seen : stop])
+        matrix = state.paired()
+        decision = (
+            decide(matrix, width, deltas, rule)
+            if matrix.shape[1]
+            else Decision(dropped=[], beaten_by={}, tied_within=False)
+        )
         state.drop(decision, matrix, confidence, deltas[0])
         if len(state.alive) == 1:
             outcome = "winner"
             reason = f"every other candidate was dropped after {state.seen:,} examples"
+            break
+        if cut is not None:
+            # Whatever ran out (this race's budget or one around it), no next round fits.
+            why = None if spend is None else spend.stop_reason()
+            outcome, reason = "budget", _ran_out(state.seen, why or cut)
             break
         if decision.tied_within:
             reason = (
@@ -524,7 +601,7 @@ async def run_race(
                 f"{confidence:.0%} after {state.seen:,} examples"
             )
             break
-    return _result(
+    result = _result(
         state,
         outcome=outcome,
         reason=reason,
@@ -533,6 +610,13 @@ async def run_race(
         total=len(order),
         seed=seed,
     )
+    if spend is None:
+        return result
+    return msgspec.structs.replace(result, budget=budget_summary(spend))
+
+
+def _ran_out(seen: int, why: str) -> str:
+    return f"the budget ran out after {seen:,} examples: {why}"
 
 
 def _result(
@@ -549,7 +633,8 @@ def _result(
     dropped_round, reasons, rounds = state.dropped_round, state.reasons, state.rounds
     tallies, score_range = state.tallies, state.score_range
     k = len(names)
-    means = [float(np.mean(c)) if c else None for c in columns]
+    values = [[v for v in c if v is not None] for c in columns]
+    means = [float(np.mean(v)) if v else None for v in values]
     # Survivors first (by mean), then the dropped, the last dropped first.
     ranking = sorted(
         range(k),
@@ -561,12 +646,12 @@ def _result(
     )
     candidates = []
     for rank, i in enumerate(ranking, start=1):
-        n = len(columns[i])
+        n = len(values[i])
         low = high = None
         m = means[i]
         if n and m is not None:
             # Both ends, every candidate: 1 - confidence split over K intervals.
-            low, high = mean_interval(columns[i], *score_range, (1.0 - confidence) / k)
+            low, high = mean_interval(values[i], *score_range, (1.0 - confidence) / k)
         candidates.append(
             RaceCandidate(
                 index=i,
@@ -577,6 +662,7 @@ def _result(
                 high=high,
                 examples=n,
                 errors=tallies[i].errors,
+                exhausted=tallies[i].exhausted,
                 dropped_round=dropped_round.get(i),
                 dropped_reason=reasons.get(i),
                 spend=tallies[i].spend(total),
@@ -602,6 +688,7 @@ def _result(
         scores=matrix,
         spend=_total([c.spend for c in candidates]),
         seed=seed,
+        exhausted=state.cut,
     )
 
 

@@ -383,8 +383,7 @@ class ModelClient:
             state.cap = cap
             body, reserve = self._build(messages, options)
             request = HTTPRequest("POST", self._config.endpoint, self._headers, body)
-            if self._hedger is not None and state.spend is None:
-                # Under a budget a hedge is not sent: its copy's worst case is not reserved.
+            if self._hedger is not None:
                 return await self._hedged(self._hedger, request, reserve, state)
             call = self._call(request, reserve, state, self._read_chat, self._config.timeout)
             decoded = await self._within_deadline(call, state)
@@ -454,14 +453,41 @@ class ModelClient:
     async def _hedged(
         self, hedger: Hedger, request: HTTPRequest, reserve: int, state: _CallState
     ) -> Completion:
-        """:meth:`complete`'s call, with a second copy past the quantile (``_hedge.py``)."""
-        governor, timeout = self._governor, self._config.timeout
+        """:meth:`complete`'s call, with a second copy past the quantile (``_hedge.py``).
+
+        Under a spending budget the copy reserves its own worst case before it is sent,
+        without waiting (:meth:`Spend.try_reserve`): one that does not fit is not sent
+        (refused, by the budget), and its reservation is settled with what it cost when
+        it ends (its reply's usage; kept as spent when it was cancelled in flight, since
+        the provider may bill it)."""
+        governor, timeout, spend = self._governor, self._config.timeout, state.spend
         assert governor is not None
+        held: list[Reservation] = []  # the copy's hold on the budget, once admitted
+
+        def admit() -> Permit | None:
+            hold = None
+            if spend is not None:
+                hold = spend.try_reserve(self._worst_usd(state, request))
+                if hold is None:
+                    hedger.refused_by_budget()
+                    return None
+            permit = governor.try_acquire(reserve)
+            if hold is not None:
+                if permit is None:
+                    hold.settle(0.0, sent=False)
+                else:
+                    held.append(hold)
+            return permit
 
         async def second(permit: Permit) -> tuple[bool, ChatResponse | None]:
-            failure, value = await self._attempt(
-                governor, permit, request, self._read_chat, timeout
-            )
+            got: tuple[_Failure | None, ChatResponse | None] | None = None
+            try:
+                got = await self._attempt(governor, permit, request, self._read_chat, timeout)
+            finally:
+                if held:  # cancelled in flight: the cost is unknown, the worst case stays
+                    held[0].settle(None if got is None else self._cost_of(*got))
+            assert got is not None
+            failure, value = got
             return (failure is None or failure.response is not None), value
 
         outcome = await hedger.race(
@@ -469,7 +495,7 @@ class ModelClient:
                 self._call(request, reserve, state, self._read_chat, timeout), state
             ),
             second,
-            lambda: governor.try_acquire(reserve),
+            admit,
             lambda value: not isinstance(value, _Failure),
         )
         if isinstance(outcome.value, _Failure):
@@ -610,8 +636,13 @@ class ModelClient:
         spend = state.spend
         if spend is None:
             return None
+        return await spend.reserve(self._worst_usd(state, request), self._config.model)
+
+    def _worst_usd(self, state: _CallState, request: HTTPRequest) -> float:
+        """One attempt's worst case under its ledger: 0 without a dollar limit."""
+        spend = state.spend
         worst = 0.0
-        if spend.limits_usd:
+        if spend is not None and spend.limits_usd:
             if state.cap is None:
                 raise ModelConfigError(
                     f"a request to model {self._config.model!r} sets no output cap the "
@@ -630,7 +661,7 @@ class ModelClient:
                     field="price_input",
                 )
             worst = usd
-        return await spend.reserve(worst, self._config.model)
+        return worst
 
     def _cost_of(self, failure: _Failure | None, value: Any) -> float | None:
         """What one attempt really cost: its usage at the model's price, 0 for an error

@@ -16,6 +16,11 @@ Rules (:class:`Hedger`):
   only: a free slot, the request and token budgets, nobody queued. It never waits, so it
   never takes budget from a call in line and never pushes the run past the rate budget;
   one that does not fit is counted as refused and not sent;
+* under a spending budget (``_spend.py``) the copy first reserves its own worst case,
+  without waiting; one that does not fit is refused too (``refused_budget``), and the
+  reservation is settled with the copy's real cost when it replies (its worst case
+  stays spent when it is cancelled in flight). So hedging never pushes spent past the
+  budget;
 * at most ``max_extra`` extra copies per call made (10% by default);
 * the hedge copy makes one attempt, never retried: if it fails, the first copy goes on.
 
@@ -168,7 +173,8 @@ class HedgeStatistics(msgspec.Struct, frozen=True, kw_only=True):
 
     ``calls`` the calls made with hedging on; ``hedges_sent`` the second copies sent (each
     one extra call), ``hedges_won`` those whose answer was used; ``refused`` the hedges due
-    that the rate governor had no room for (not sent), ``capped`` those held back by
+    that the rate governor or the spending budget had no room for (not sent;
+    ``refused_budget`` of them by the budget), ``capped`` those held back by
     ``max_extra``. ``extra_cost_usd`` is what the losing copies cost, None when some
     loser was cancelled in flight (``extra_cost_note`` says why and how many).
     """
@@ -180,6 +186,7 @@ class HedgeStatistics(msgspec.Struct, frozen=True, kw_only=True):
     hedges_sent: int = 0
     hedges_won: int = 0
     refused: int = 0
+    refused_budget: int = 0
     capped: int = 0
     extra_cost_usd: float | None = 0.0
     extra_cost_note: str | None = None
@@ -196,8 +203,11 @@ class HedgeStatistics(msgspec.Struct, frozen=True, kw_only=True):
             f"hedged past p{self.quantile * 100:g}: {self.hedges_sent} of {self.calls} calls "
             f"(+{self.extra_calls:.1%} calls), {self.hedges_won} won"
         )
-        if self.refused:
-            text += f", {self.refused} refused by the rate budget"
+        by_rate = self.refused - self.refused_budget
+        if by_rate:
+            text += f", {by_rate} refused by the rate budget"
+        if self.refused_budget:
+            text += f", {self.refused_budget} refused by the spending budget"
         if self.capped:
             text += f", {self.capped} held back by max_extra"
         if self.extra_cost_usd is None:
@@ -233,6 +243,7 @@ class Hedger:
         self._sent = 0
         self._won = 0
         self._refused = 0
+        self._refused_budget = 0
         self._capped = 0
         self._extra_usd = 0.0
         self._cancelled = 0
@@ -282,6 +293,11 @@ class Hedger:
         self._sent += 1
         return permit
 
+    def refused_by_budget(self) -> None:
+        """The hedge due now did not fit the spending budget (``admit`` then says None,
+        which counts it as refused)."""
+        self._refused_budget += 1
+
     def settle(self, winner: _C, loser: _C | None, outcome: Raced[Any]) -> _C:
         """The winning :class:`~llm_client.Completion`, with what the other copy cost
         folded in: its tokens and cost when it replied, an unmeasured cost (the reason in
@@ -321,6 +337,7 @@ class Hedger:
             hedges_sent=self._sent,
             hedges_won=self._won,
             refused=self._refused,
+            refused_budget=self._refused_budget,
             capped=self._capped,
             extra_cost_usd=None if note is not None else self._extra_usd,
             extra_cost_note=note,

@@ -164,6 +164,32 @@ class Spend:
                     ledger._waiters.append(future)
             await future
 
+    def try_reserve(self, worst_usd: float) -> Reservation | None:
+        """Admit one attempt now, or None: it does not fit what is left beside the
+        attempts in flight. Never waits, and never marks the ledger exhausted or counts a
+        refusal: for a hedged call's second copy (``_hedge.py``), which is optional (the
+        first copy is in flight) and must not stop the calls of other examples."""
+        chain = self.ledgers
+        with self._lock:
+            for ledger in chain:
+                ledger._check_time()
+                if ledger.exhausted is not None:
+                    return None
+                if (
+                    ledger.calls is not None
+                    and ledger.calls_made + ledger.calls_reserved >= ledger.calls
+                ):
+                    return None
+                if (
+                    ledger.usd is not None
+                    and ledger.spent_usd + ledger.reserved_usd + worst_usd > ledger.usd
+                ):
+                    return None
+            for ledger in chain:
+                ledger.reserved_usd += worst_usd
+                ledger.calls_reserved += 1
+            return Reservation(chain, worst_usd)
+
     def _fits(self, chain: tuple[Spend, ...], worst: float) -> str:
         """ "yes", "wait", or why it can never fit (the ledger is then exhausted)."""
         wait = False

@@ -7,7 +7,8 @@ dataset's: the same option groups), plus the candidates (``--artifact`` /
 it): the engine loads only in :func:`execute`.
 
 Exit 0 when the race ended (a winner, a tie, or the standing when ``--max-evaluations``
-ran out); 1 when ``--output`` or ``--report`` could not be written.
+or the budget, ``--max-cost``/``--max-calls``/``--max-time``, ran out); 1 when
+``--output`` or ``--report`` could not be written.
 """
 
 from __future__ import annotations
@@ -26,9 +27,11 @@ from ._options import (
     DataOptions,
     RunOptions,
     ServingOptions,
+    _add_budget_arguments,
     _add_data_arguments,
     _add_model_arguments,
     _artifact,
+    _budget,
     _file,
     _positive,
     _program_timeout,
@@ -37,6 +40,7 @@ from ._options import (
 )
 
 if TYPE_CHECKING:
+    from evaluator import Budget
     from evaluator._race import RaceResult
 
 __all__ = ["RaceOptions", "execute"]
@@ -77,6 +81,8 @@ class RaceOptions:
     json: bool = False
     cache: str | None = None
     cache_key_files: tuple[str, ...] = ()
+    budget: Budget | None = None
+    """--max-cost/--max-calls/--max-time: the race's budget (``Evaluator.race(budget=)``)."""
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -149,6 +155,7 @@ class RaceOptions:
             help="also write the race's HTML page here (as `skynet-eval report FILE` does)",
         )
         RunOptions._add_engine_arguments(parser)
+        _add_budget_arguments(parser.add_argument_group("budget (never overrun)"))
         _add_model_arguments(parser.add_argument_group("models (skynet.llm)"))
         parser.add_argument("--json", action="store_true", help="print the race as JSON")
 
@@ -205,6 +212,7 @@ class RaceOptions:
             timeout=timeout,
             program_timeout=program_timeout,
             **engine_fields(args),
+            budget=_budget(args),
         )
 
 
@@ -293,6 +301,7 @@ async def _race(options: RaceOptions, serving: Any, examples: list[Any]) -> Race
             score_range=options.score_range,
             max_evaluations=options.max_evaluations,
             seed=options.seed,
+            budget=options.budget,
         )
 
 

@@ -35,6 +35,7 @@ from typing import Any, TextIO
 from rich.console import Console
 
 from evaluator import (
+    Budget,
     ConfigError,
     ContractError,
     EvaluationError,
@@ -249,7 +250,7 @@ async def _main(
     out = console()
     async with (
         serving.open() as configs,
-        engine(options, serving, configs, plan.total) as ev,
+        engine(options, serving, configs, plan.total, options.budget) as ev,
     ):
         plan.builder.failure_score = ev.failure_score
         _cache_note(ev)
@@ -307,9 +308,12 @@ async def _main(
     return EXIT_OK if ending.write_error is None and page_ok else EXIT_FAILED
 
 
-def engine(options: Any, serving: Serving, configs: Any, total: int) -> Evaluator:
+def engine(
+    options: Any, serving: Serving, configs: Any, total: int, budget: Budget | None = None
+) -> Evaluator:
     """The (unopened) Evaluator of a command's engine flags: ``run``'s and ``race``'s
-    options structs share these fields."""
+    options structs share these fields. ``budget``: the Evaluator's (``run``'s
+    --max-cost/--max-calls/--max-time; ``race`` gives its budget to the race)."""
     return Evaluator(
         options.metric,
         options.program,
@@ -323,8 +327,7 @@ def engine(options: Any, serving: Serving, configs: Any, total: int) -> Evaluato
         models=serving.models(configs),
         cache=options.cache,
         cache_key_files=options.cache_key_files,
-        # run's --max-cost/--max-calls/--max-time (race's options have no budget yet).
-        budget=getattr(options, "budget", None),
+        budget=budget,
     )
 
 

@@ -523,6 +523,7 @@ class Evaluator:
         seed: int = 0,
         tenant: Hashable | None = None,
         weight: float = 1.0,
+        budget: Budget | None = None,
     ) -> RaceResult:
         """Race the ``candidates`` (artifacts) on the same ``examples`` in rounds and
         stop evaluating each one once another is better at ``confidence``.
@@ -536,7 +537,11 @@ class Evaluator:
         ``score_range``: the bounds every score (and ``failure_score``) lies in, which
         the test needs. ``max_evaluations``: stop, and report the standing, before more
         than this many (candidate, example) evaluations; cached ones count too. ``seed``
-        orders the examples (each round takes the next ones). Each round runs through
+        orders the examples (each round takes the next ones). ``budget``: the race's own
+        spending limit (one ledger for all its rounds, inside the Evaluator's): when it
+        ends the race stops with the standing (outcome "budget", the reason and
+        ``RaceResult.budget``: the limits against what was spent); the cells it cut are
+        ``budget_exhausted``, in no mean. Each round runs through the flow of
         :meth:`evaluate_many`, so the cache and the rate budget apply: a cached result
         costs nothing and says so. The method: docs/architecture/race.md.
         """
@@ -551,8 +556,12 @@ class Evaluator:
                 value=score_range,
             )
 
+        ledger = self._share(tenant, weight, budget, name="race's budget").spend
+
         async def evaluate(candidate: Any, part: list[Any]) -> list[Result]:
-            return await self.evaluate_many(candidate, part, tenant=tenant, weight=weight)
+            share = caller_share(tenant, weight)
+            share.spend = ledger  # one ledger for every round of every candidate
+            return await self._flow.collect(candidate, part, share=share, unique_ids=True)
 
         return await run_race(
             evaluate,
@@ -564,9 +573,16 @@ class Evaluator:
             score_range=score_range,
             max_evaluations=max_evaluations,
             seed=seed,
+            spend=ledger,
         )
 
-    def _share(self, tenant: Hashable | None, weight: float, budget: Budget | None) -> Share:
+    def _share(
+        self,
+        tenant: Hashable | None,
+        weight: float,
+        budget: Budget | None,
+        name: str = "call's budget",
+    ) -> Share:
         """One call's share, with its spending ledger: its own ``budget`` inside the
         Evaluator's, or the Evaluator's (None: no limit)."""
         share = caller_share(tenant, weight)
@@ -576,7 +592,7 @@ class Evaluator:
         else:
             assert self._flow.router is not None
             _check_priced(self._flow.router, budget)
-            share.spend = budget.ledger(self._spend, "call's budget")
+            share.spend = budget.ledger(self._spend, name)
         return share
 
     @property

@@ -59,6 +59,17 @@ def _cards(race: RaceResult) -> str:
         + _card("model_calls", "model calls", n_(s.model_calls), f"saved ~{saved_calls}")
         + _card("cost", "cost", usd_(s.cost_usd), cost_note, raw=s.cost_usd)
         + _card("confidence", "confidence", f"{race.confidence:.0%}", f"ties: {race.ties}")
+        + (
+            ""
+            if race.budget is None
+            else _card(
+                "budget",
+                "budget",
+                usd_(race.budget.spent_usd),
+                race.budget.describe() + (f"; {n_(s.exhausted)} cut" if s.exhausted else ""),
+                raw=race.budget.spent_usd,
+            )
+        )
         + "</section>"
     )
 
@@ -76,13 +87,17 @@ def _matrix(race: RaceResult) -> str:
     rows = []
     for i in race.ranking:
         c = race.candidates[i]
+        cut = set(race.exhausted[i]) if race.exhausted else set()
         cells = []
         for column, value in enumerate(race.scores[i]):
             css = ["cell"]
             if column in starts:
                 css.append("round-start")
             dropped = c.dropped_round is not None and round_of[column] > c.dropped_round
-            if value is None:
+            if column in cut:
+                css += ["unseen", "exhausted"]
+                tip = f"{race.example_ids[column]}: budget_exhausted (cut by the budget)"
+            elif value is None:
                 css.append("dropped" if dropped else "unseen")
                 tip = f"{race.example_ids[column]}: not evaluated"
                 if dropped:
@@ -119,7 +134,8 @@ def _matrix(race: RaceResult) -> str:
         "the race took them (a line at each round's start)</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table></div>"
         f'<p class="hint">A cell is one score in [{low:g}, {high:g}], red low to green '
-        "high; grey: not evaluated, because the candidate had been dropped. Intervals: "
+        "high; grey: not evaluated, because the candidate had been dropped (or, "
+        "marked budget_exhausted, because the budget ran out). Intervals: "
         f"{race.confidence:.0%} confidence sequences (by betting) over the examples each "
         "candidate saw; a drop's p-value is the paired test's, valid whenever it is "
         "read.</p>"
@@ -207,6 +223,13 @@ def print_race(race: RaceResult, out: Any) -> None:
         "budget": f"[yellow]stopped by the budget[/yellow]; standing: {names}",
     }[race.outcome]
     out.print(f"{verdict} — {plain(race.reason)}")
+    if race.budget is not None:
+        cut = race.spend.exhausted
+        out.print(
+            f"budget: {race.budget.describe()}"
+            + (f"; {cut:,} evaluations cut (budget_exhausted, in no mean)" if cut else ""),
+            markup=False,
+        )
     s = race.spend
     share = s.evaluations / s.full_evaluations if s.full_evaluations else 0.0
     out.print(

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from evaluator import ConfigError, Evaluator, Result
+from evaluator import Budget, ConfigError, Evaluator, Result
 from evaluator._race import (
     Ties,
     betting_log_wealth,
@@ -328,3 +328,118 @@ class TestEvaluatorRace:
             assert ev.statistics().in_flight == 0
             results = await ev.evaluate_many("ok", rows(3))
         assert [r.score for r in results] == [1.0, 1.0, 1.0]
+
+
+#: A judge on the simulator: one priced model call per evaluation; the score is the
+#: program's verdict, so equal candidates stay equal.
+JUDGED = """
+from skynet import allm
+
+async def score(input, output, expected=None):
+    text = await allm("Judge this answer.", input=str(output), max_tokens=50)
+    return (1.0 if output else 0.0), {"feedback": text}
+"""
+#: USD per million tokens: a judge call costs about $0.00006, its worst case $0.0007.
+PRICE = 3.0
+#: Two candidates with the same verdicts (the same name in the program's draw): never
+#: told apart, so only the budget ends their race.
+TWINS = [{"name": "a", "rate": 0.5}, {"name": "a", "rate": 0.5, "copy": 1}]
+
+
+@pytest.fixture
+async def sim() -> Any:
+    from llm_client import Simulator, SimulatorConfig
+
+    async with Simulator(SimulatorConfig(latency_ms=2, jitter_ms=3)) as simulator:
+        yield simulator
+
+
+def judged(sim: Any) -> Any:
+    from evaluator import Models
+    from llm_client import ModelConfig
+
+    config = ModelConfig(
+        model="sim-judge",
+        base_url=sim.base_url,
+        api_key_env=None,
+        price_input=PRICE,
+        price_output=PRICE,
+    )
+    return Models(metric=config)
+
+
+def billed(sim: Any) -> float:
+    """What the simulator served at the model's price (the independent side)."""
+    stats = sim.statistics()
+    return float((stats.prompt_tokens + stats.completion_tokens) * PRICE / 1e6)
+
+
+class TestRaceUnderABudget:
+    async def test_a_calls_budget_stops_the_race_with_the_standing(
+        self, tmp_path: Path, sim: Any
+    ) -> None:
+        """Budget(calls=40) over two candidates that cannot be told apart: rounds of 16,
+        +2, +2 examples use the 40 calls; the next round's 4 cells are budget_exhausted,
+        in no mean; the outcome is "budget" with the reason and what was spent."""
+        program, metric = write(tmp_path, "p.py", PROGRAM), write(tmp_path, "m.py", JUDGED)
+        async with Evaluator(metric, program, models=judged(sim), concurrency=64) as ev:
+            race = await ev.race(TWINS, rows(300), budget=Budget(calls=40))
+        assert sim.statistics().requests == 40
+        assert race.outcome == "budget" and race.tied and sorted(race.winners) == [0, 1]
+        assert "budget ran out after 22 examples" in race.reason
+        assert "40 calls are spent" in race.reason
+        assert race.budget is not None and race.budget.calls == 40
+        assert race.budget.calls_made == 40 and race.budget.exhausted is not None
+        assert race.spend.evaluations == 40 and race.spend.model_calls == 40
+        assert race.spend.exhausted == 4
+        assert race.spend.full_model_calls == 600  # one call per evaluation, everything
+        for c in race.candidates:
+            assert c.examples == 20 and c.exhausted == 2 and c.errors == 0
+            row = race.scores[c.index]
+            assert [row[col] for col in race.exhausted[c.index]] == [None, None]
+            assert c.mean == np.mean([v for v in row if v is not None])
+        assert len(race.example_ids) == 22
+        assert race.exhausted == [[20, 21], [20, 21]]
+
+    async def test_a_dollar_budget_is_never_overrun(self, tmp_path: Path, sim: Any) -> None:
+        """Budget(usd=0.003) with 64 calls in flight: what the simulator billed, what the
+        ledger spent and what the race says it spent agree, all at most the budget."""
+        program, metric = write(tmp_path, "p.py", PROGRAM), write(tmp_path, "m.py", JUDGED)
+        async with Evaluator(metric, program, models=judged(sim), concurrency=64) as ev:
+            race = await ev.race(TWINS, rows(300), budget=Budget(usd=0.003))
+        assert race.outcome == "budget" and race.budget is not None
+        assert race.spend.cost_usd is not None
+        assert billed(sim) <= 0.003 and race.budget.spent_usd <= 0.003
+        assert race.spend.cost_usd == pytest.approx(race.budget.spent_usd)
+        assert race.spend.cost_usd == pytest.approx(billed(sim))
+        assert race.spend.model_calls == sim.statistics().requests
+        assert race.spend.full_cost_usd is not None
+        assert race.spend.full_cost_usd > race.spend.cost_usd
+        assert "of $0.003" in race.reason
+
+    async def test_cached_results_cost_nothing_under_a_budget(
+        self, tmp_path: Path, sim: Any
+    ) -> None:
+        """A race filled the cache; the same race under a budget of no calls at all is
+        served from it as far as the first went, sends nothing, then stops on the budget."""
+        program, metric = write(tmp_path, "p.py", PROGRAM), write(tmp_path, "m.py", JUDGED)
+        async with Evaluator(metric, program, models=judged(sim), cache=True) as ev:
+            first = await ev.race(TWINS, rows(300), budget=Budget(calls=40))
+            sent = sim.statistics().requests
+            second = await ev.race(TWINS, rows(300), budget=Budget(calls=0))
+        assert sim.statistics().requests == sent == 40
+        assert second.outcome == "budget"
+        assert second.spend.cached == first.spend.evaluations == 40
+        assert second.spend.evaluations == 0 and second.spend.model_calls == 0
+        assert second.spend.cost_usd == 0.0
+        assert [c.examples for c in second.candidates] == [20, 20]
+
+    async def test_the_evaluators_budget_stops_a_race_too(self, tmp_path: Path, sim: Any) -> None:
+        """No race budget, but the Evaluator's: the race stops on it all the same, its
+        cut cells budget_exhausted, and reports against the Evaluator's ledger."""
+        program, metric = write(tmp_path, "p.py", PROGRAM), write(tmp_path, "m.py", JUDGED)
+        async with Evaluator(metric, program, models=judged(sim), budget=Budget(calls=36)) as ev:
+            race = await ev.race(TWINS, rows(300))
+        assert race.outcome == "budget" and race.spend.evaluations == 36
+        assert race.budget is not None and race.budget.calls == 36
+        assert race.spend.exhausted == 4

@@ -13,7 +13,16 @@ from typing import Any
 
 import pytest
 
-from llm_client import Completion, ModelClient, ModelConfig, ModelConfigError, Simulator
+from llm_client import (
+    Completion,
+    ModelClient,
+    ModelConfig,
+    ModelConfigError,
+    Share,
+    Simulator,
+    Spend,
+)
+from llm_client._fair import sharing
 from llm_client._hedge import CANCELLED_NOTE, Hedge, LatencyTracker
 from tests._helpers import until
 
@@ -254,6 +263,88 @@ class TestHedgedCalls:
                 assert stats is not None
                 assert stats.hedges_sent <= 0.1 * stats.calls
                 assert stats.capped >= 1
+
+
+class TestHedgingUnderABudget:
+    """A hedge copy reserves its own worst case in the spending ledger before it is sent
+    (``Spend.try_reserve``); one that does not fit is refused, never queued."""
+
+    async def test_a_hedge_that_fits_is_sent_and_settled(self, make_sim: Any) -> None:
+        """Room in a dollar budget: the hedge is sent, both copies are charged to the
+        ledger (spent at most the budget, nothing left reserved), one call each."""
+        async with make_sim() as sim:
+            cfg = config(sim, hedge=Hedge(quantile=0.9, max_extra=1.0), **PRICES)
+            async with ModelClient(cfg) as client:
+                await _warm(client)
+                spend = Spend(usd=0.05)
+                with sharing(Share("t", spend=spend)):
+                    slow = await client.complete(
+                        user("slow"), max_tokens=1000, extra_body={"sim_latency_ms": 300}
+                    )
+                assert slow.hedges == 1
+                assert spend.calls_made == 2 and spend.calls_reserved == 0
+                assert spend.reserved_usd == pytest.approx(0.0, abs=1e-12)
+                assert 0 < spend.spent_usd <= 0.05
+                assert sim.statistics().requests == 22
+
+    async def test_no_room_in_a_dollar_budget_refuses_the_hedge(self, make_sim: Any) -> None:
+        """A worst case of ~$0.002 (1,000 output tokens at $2/M) and a budget of $0.003:
+        the first copy fits, the hedge does not: refused by the spending budget, not
+        sent, the ledger not exhausted by it, spent at most the budget."""
+        async with make_sim() as sim:
+            cfg = config(sim, hedge=Hedge(quantile=0.9, max_extra=1.0), **PRICES)
+            async with ModelClient(cfg) as client:
+                await _warm(client)
+                spend = Spend(usd=0.003)
+                with sharing(Share("t", spend=spend)):
+                    slow = await client.complete(
+                        user("slow"), max_tokens=1000, extra_body={"sim_latency_ms": 300}
+                    )
+                stats = client.statistics().hedging
+                assert slow.hedges == 0 and stats is not None
+                assert stats.hedges_sent == 0 and stats.refused == stats.refused_budget == 1
+                assert "1 refused by the spending budget" in stats.describe()
+                assert "rate budget" not in stats.describe()
+                assert sim.statistics().requests == 21
+                assert spend.calls_made == 1 and spend.exhausted is None and spend.refused == 0
+                assert spend.spent_usd <= 0.003
+
+    async def test_no_room_in_a_calls_budget_refuses_the_hedge(self, make_sim: Any) -> None:
+        """A calls budget the first copy uses up: the hedge would be one call more."""
+        async with make_sim() as sim:
+            cfg = config(sim, hedge=Hedge(quantile=0.9, max_extra=1.0))
+            async with ModelClient(cfg) as client:
+                spend = Spend(calls=21)
+                with sharing(Share("t", spend=spend)):
+                    await _warm(client)
+                    await client.complete(user("slow"), extra_body={"sim_latency_ms": 300})
+                stats = client.statistics().hedging
+                assert stats is not None and stats.refused_budget == 1
+                assert spend.calls_made == 21 == sim.statistics().requests
+
+    async def test_a_cancelled_hedge_keeps_its_worst_case_spent(self, make_sim: Any) -> None:
+        """The caller cancelled with both copies in flight: both reservations settle at
+        their worst case (the provider may bill them), nothing stays reserved, spent is
+        at most the budget."""
+        async with make_sim() as sim:
+            cfg = config(sim, hedge=Hedge(quantile=0.9, max_extra=1.0), **PRICES)
+            async with ModelClient(cfg) as client:
+                await _warm(client)
+                spend = Spend(usd=0.05)
+                with sharing(Share("t", spend=spend)):
+                    call = asyncio.create_task(
+                        client.complete(
+                            user("stuck"), max_tokens=1000, extra_body={"sim_latency_ms": 60_000}
+                        )
+                    )
+                await until(lambda: spend.calls_reserved == 2, "both copies were sent")
+                worst = spend.reserved_usd
+                call.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await call
+                assert spend.calls_reserved == 0 and spend.unmeasured_calls == 2
+                assert spend.spent_usd == pytest.approx(worst) and spend.spent_usd <= 0.05
+                assert _others() == set()
 
 
 def test_simulator_tail_is_seeded() -> None:

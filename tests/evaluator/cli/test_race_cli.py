@@ -172,6 +172,46 @@ class TestRaceWithAJudge:
         assert spend["full_model_calls"] == 1200
         assert 0 < spend["cost_usd"] < spend["full_cost_usd"]
 
+    def test_a_dollar_budget_stops_the_race_and_reports_the_standing(self, race_dir: Path) -> None:
+        """--max-cost on a judged race (the simulator over real HTTP): the race stops on
+        the budget, spent at most it, the cut cells budget_exhausted, the standing and
+        the spend against the budget printed and written."""
+        (race_dir / "m.py").write_text(JUDGE)
+        (race_dir / "sim.json").write_text(json.dumps({"models": {"gpt-4o-mini": {}}}))
+        # Twins (the same verdicts): only the budget can end their race.
+        (race_dir / "twin.json").write_text((race_dir / "middle.json").read_text())
+        judged = ("--metric-model", "gpt-4o-mini", "--simulator", "sim.json")
+        twins = ("--artifact", "middle.json", "--artifact", "twin.json")
+        base = ["--metric", "m.py", "--program", "p.py", "--data", "d.jsonl", *twins]
+        files = ("--output", "r.json", "--report", "r.html")
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "evaluator",
+                "race",
+                *base,
+                *judged,
+                "--max-cost",
+                "0.01",
+                *files,
+            ],
+            cwd=race_dir,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        result = read(race_dir / "r.json")
+        assert result["outcome"] == "budget"
+        assert result["budget"]["usd"] == 0.01
+        assert 0 < result["spend"]["cost_usd"] <= 0.01
+        assert result["budget"]["spent_usd"] <= 0.01
+        assert "stopped by the budget" in done.stdout and "budget: $" in done.stdout
+        assert "of $0.01" in done.stdout
+        page = (race_dir / "r.html").read_text()
+        assert 'data-stat="budget"' in page and "budget_exhausted" in page
+
 
 class TestRaceUsage:
     @pytest.mark.parametrize(
@@ -184,6 +224,7 @@ class TestRaceUsage:
             ((*ARTIFACTS, "--label", "only-one"), "--label"),
             ((*ARTIFACTS, "--output", "d.jsonl"), "--output"),
             ((*ARTIFACTS, "--output", "."), "--output"),
+            ((*ARTIFACTS, "--max-calls", "-1"), "--max-calls"),
         ],
     )
     def test_a_mistake_is_one_line_and_exit_2(
