@@ -27,12 +27,13 @@ import msgspec
 
 from llm_client import HedgeStatistics
 
-from ._call._results import ERROR_KINDS, Observation, Result, Usage, result_key
-from ._stats import percentiles
+from .._call._results import ERROR_KINDS, Observation, Result, Usage, result_key
+from .._stats import percentiles
 
 __all__ = [
     "FAILURES_KEPT",
     "BudgetSummary",
+    "CacheSummary",
     "ClusterSummary",
     "Failure",
     "Latency",
@@ -46,8 +47,10 @@ __all__ = [
     "combine_clusters",
     "failure_rows",
     "repeat_rows",
+    "repeat_summary",
     "report_rows",
     "result_cost",
+    "stage_costs",
 ]
 
 #: How many failures a report keeps to show (the first ones, in the order they came).
@@ -425,8 +428,8 @@ class RepeatSummary(msgspec.Struct, frozen=True, kw_only=True):
 
 def repeat_summary(scores: Iterable[dict[int, float]], repeats: int) -> RepeatSummary:
     """The :class:`RepeatSummary` of ``scores`` (one ``{pass: score}`` per example)."""
-    from ._judges._agreement import stable_share, within_std
-    from ._stats import bootstrap_mean_ci
+    from .._judges._agreement import stable_share, within_std
+    from .._stats import bootstrap_mean_ci
 
     rows: list[list[float]] = []
     incomplete = 0

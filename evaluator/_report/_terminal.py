@@ -7,10 +7,10 @@ and ``--json`` can skip them; ``evaluator._cli._output`` prints them, as it prin
 
 from __future__ import annotations
 
-from .._report import repeat_rows
-from ._compare import Comparison
-from ._html import delta_, ms_, n_, score_, usd_
 from ._stats import Distribution, RunSummary
+from ._summary import repeat_rows
+from .html._compare import Comparison
+from .html._html import delta_, ms_, n_, score_, usd_
 
 __all__ = ["comparison_rows", "summary_rows"]
 

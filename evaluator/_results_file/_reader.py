@@ -43,9 +43,9 @@ from typing import IO, Any
 
 import msgspec
 
-from ._call._results import Result, example_key, repeat_of
-from ._exceptions import NotAResultsFile, ResultsFileError
-from ._fingerprint import FORMAT_VERSION, HEADER_KEY, ResultsHeader
+from .._call._results import Result, example_key, repeat_of
+from .._exceptions import NotAResultsFile, ResultsFileError
+from .._fingerprint import FORMAT_VERSION, HEADER_KEY, ResultsHeader
 
 __all__ = [
     "Reader",

@@ -10,6 +10,12 @@ data; ``_svg`` draws the charts;
 ``_command`` is the ``report`` subcommand's logic.
 """
 
+from ..._results_file._load import ResultsFile as ResultsFile
+from ..._results_file._load import ResultsFileError as ResultsFileError
+from ..._results_file._load import load_results_file as load_results_file
+from .._stats import Distribution as Distribution
+from .._stats import RunSummary as RunSummary
+from .._stats import summarize as summarize
 from ._build import BuiltReport as BuiltReport
 from ._build import build_report as build_report
 from ._build import write_html_report as write_html_report
@@ -17,12 +23,6 @@ from ._compare import Comparison as Comparison
 from ._compare import NamedDelta as NamedDelta
 from ._compare import PairedDifference as PairedDifference
 from ._compare import compare_results as compare_results
-from ._load import ResultsFile as ResultsFile
-from ._load import ResultsFileError as ResultsFileError
-from ._load import load_results_file as load_results_file
-from ._stats import Distribution as Distribution
-from ._stats import RunSummary as RunSummary
-from ._stats import summarize as summarize
 
 __all__ = [
     "BuiltReport",

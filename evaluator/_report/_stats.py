@@ -20,8 +20,8 @@ from typing import Any
 import msgspec
 
 from .._call._results import ERROR_KINDS, Result, repeat_of
-from .._report import RepeatSummary, ReportBuilder
 from .._stats import percentiles
+from ._summary import RepeatSummary, ReportBuilder
 
 __all__ = [
     "Bin",
