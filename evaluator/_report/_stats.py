@@ -1,27 +1,33 @@
-"""The numbers of one run: counts, means, costs, percentiles, histograms, error groups.
+"""The page's view of a run's :class:`~evaluator._report._summary.Report`, and its charts' bins.
 
-The counts, means and costs are the run's own summary's (``evaluator._report``'s
-``ReportBuilder`` computes them for both): ``n`` = ``ok``
-+ the errors of each kind; the mean over all examples counts each error at the score it
-was recorded with (the failure score), the mean over the ok ones says how many it covers;
-a named score's mean covers the ok examples that returned it; a cost is a measured number
-only when every example it sums was measured, otherwise it is None and the count of
-unmeasured examples (and their reasons) says why. Percentiles are exact, as the run's:
-:func:`evaluator._stats.percentiles` (linear interpolation between order statistics).
+Every number here is the report's: :func:`summarize` feeds the results to the run's own
+:class:`ReportBuilder` (with ``detail=True``: distributions, error groups, cost notes)
+and :class:`RunSummary` only names its fields as the page and the terminal report read
+them. ``n`` = ``ok`` + the errors of each kind; the mean over all examples counts each
+error at the score it was recorded with, the mean over the ok ones says how many it
+covers; a cost is a measured number only when every example it sums was measured,
+otherwise None, with the count of unmeasured examples (and their reasons).
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
 
-from .._call._results import ERROR_KINDS, Result, repeat_of
-from .._stats import percentiles
-from ._summary import RepeatSummary, ReportBuilder
+from .._call._results import Result, repeat_of
+from ._summary import (
+    Distribution,
+    ErrorGroup,
+    ErrorMessage,
+    RepeatSummary,
+    Report,
+    ReportBuilder,
+    distribution,
+    error_groups,
+)
 
 __all__ = [
     "Bin",
@@ -31,29 +37,14 @@ __all__ = [
     "NamedMean",
     "RunSummary",
     "distribution",
+    "error_groups",
     "histogram",
     "log_edges",
+    "offline_report",
     "score_edges",
     "summarize",
+    "summary_of",
 ]
-
-_TOP_MESSAGES = 5
-_FIRST_EXAMPLES = 5
-_MESSAGE_CHARS = 240
-
-
-class Distribution(msgspec.Struct, frozen=True, kw_only=True):
-    """One measured quantity over the examples that have it; None where nothing was."""
-
-    count: int = 0
-    missing: int = 0
-    total: float | None = None
-    mean: float | None = None
-    min: float | None = None
-    p50: float | None = None
-    p95: float | None = None
-    p99: float | None = None
-    max: float | None = None
 
 
 class NamedMean(msgspec.Struct, frozen=True):
@@ -64,25 +55,9 @@ class NamedMean(msgspec.Struct, frozen=True):
     count: int
 
 
-class ErrorMessage(msgspec.Struct, frozen=True):
-    """One distinct error message (its first line) of a kind: how often, and where first."""
-
-    message: str
-    count: int
-    rows: list[int]  # indices into the run's results, the first few in file order
-
-
-class ErrorGroup(msgspec.Struct, frozen=True):
-    """The errors of one kind: their count, and their commonest messages."""
-
-    kind: str
-    count: int
-    messages: list[ErrorMessage]
-    other_messages: int  # distinct messages beyond those listed
-
-
 class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
-    """Counts, means, costs, time and errors of one run, with explicit denominators."""
+    """A :class:`Report` with detail under the names the page reads (:func:`summary_of`):
+    nothing here is computed, only named."""
 
     n: int
     ok: int
@@ -117,27 +92,6 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def error_count(self) -> int:
         return self.n - self.ok
-
-
-def distribution(values: Sequence[float | None]) -> Distribution:
-    """Count, total, mean, min, p50/p95/p99 and max of the values that are not None."""
-    measured = [v for v in values if v is not None]
-    missing = len(values) - len(measured)
-    if not measured:
-        return Distribution(missing=missing)
-    p50, p95, p99 = percentiles(measured, [0.5, 0.95, 0.99])
-    total = math.fsum(measured)
-    return Distribution(
-        count=len(measured),
-        missing=missing,
-        total=total,
-        mean=total / len(measured),
-        min=float(min(measured)),
-        p50=p50,
-        p95=p95,
-        p99=p99,
-        max=float(max(measured)),
-    )
 
 
 class Bin(msgspec.Struct, frozen=True):
@@ -195,121 +149,62 @@ def log_edges(*series: Sequence[float], bins: int = 24) -> list[float] | None:
     return edges
 
 
-def _named_means(results: Sequence[Result]) -> list[NamedMean]:
-    sums: dict[str, list[float]] = {}
-    for result in results:
-        if result.error is None and result.scores:
-            for name, value in result.scores.items():
-                sums.setdefault(name, []).append(value)
-    return [NamedMean(name, math.fsum(v) / len(v), len(v)) for name, v in sorted(sums.items())]
-
-
-def _first_line(message: str) -> str:
-    line = message.strip().split("\n", 1)[0].strip()
-    return line if len(line) <= _MESSAGE_CHARS else line[: _MESSAGE_CHARS - 1] + "…"
-
-
-def error_groups(results: Sequence[Result]) -> list[ErrorGroup]:
-    """Errors by kind (in the engine's order of kinds), each with its commonest messages
-    and the first examples that gave each."""
-    by_kind: dict[str, dict[str, list[int]]] = {}
-    counts: Counter[str] = Counter()
-    for index, result in enumerate(results):
-        error = result.error
-        if error is None:
-            continue
-        counts[error.kind] += 1
-        rows = by_kind.setdefault(error.kind, {}).setdefault(_first_line(error.message), [])
-        rows.append(index)
-    kinds = [k for k in ERROR_KINDS if k in counts] + sorted(
-        k for k in counts if k not in ERROR_KINDS
-    )
-    groups = []
-    for kind in kinds:
-        messages = sorted(by_kind[kind].items(), key=lambda item: (-len(item[1]), item[1][0]))
-        groups.append(
-            ErrorGroup(
-                kind=kind,
-                count=counts[kind],
-                messages=[
-                    ErrorMessage(message, len(rows), rows[:_FIRST_EXAMPLES])
-                    for message, rows in messages[:_TOP_MESSAGES]
-                ],
-                other_messages=max(0, len(messages) - _TOP_MESSAGES),
-            )
-        )
-    return groups
-
-
-def _cost_notes(results: Sequence[Result]) -> list[tuple[str, int]]:
-    notes: Counter[str] = Counter()
-    for result in results:
-        obs = result.observation
-        if obs.cost_usd is None and obs.duration_ms is not None:
-            notes.update([f"program: {n}" for n in obs.notes] or ["program: no reason recorded"])
-        judge = result.judge
-        if judge.cost_usd is None:
-            notes.update([f"judge: {n}" for n in judge.notes] or ["judge: no reason recorded"])
-    return notes.most_common(3)
+def offline_report(results: Sequence[Result]) -> Report:
+    """The :class:`Report` of a results file's results: the run's own builder, with the
+    page's detail, over as many passes as the results were made in."""
+    passes = 1 + max((repeat_of(r) for r in results), default=0)
+    builder = ReportBuilder(repeats=passes, detail=True)
+    builder.add_many(results)
+    return builder.build(wall_s=0.0)
 
 
 def summarize(results: Sequence[Result], meta: Mapping[str, Any] | None = None) -> RunSummary:
-    """The summary of ``results``; ``meta`` may give ``wall_s`` (and ``throughput``), which
-    a results file does not record, so a report of a file alone shows them as unknown.
+    """The summary of ``results`` (:func:`offline_report`, viewed by :func:`summary_of`);
+    ``meta`` may give ``wall_s`` (and ``throughput``), which a results file does not
+    record, so a report of a file alone shows them as unknown."""
+    return summary_of(offline_report(results), meta)
 
-    What is counted is the run's own builder's (:class:`ReportBuilder`, the one place the
-    counts are defined); a file's report holds every value, so its sums are exact
-    (``math.fsum``, where the live builder keeps running sums that agree to rounding); and
-    it adds what only a page shows: distributions, error groups, why costs went
-    unmeasured."""
-    passes = 1 + max((repeat_of(r) for r in results), default=0)
-    builder = ReportBuilder(repeats=passes)
-    builder.add_many(results)
-    run = builder.build(wall_s=0.0)
-    # Column by column (comprehensions), which is several times faster than one loop
-    # that appends to many lists: a report of 100,000 examples is built in seconds.
-    ran = [o for o in (r.observation for r in results) if o.duration_ms is not None]
-    program_ms: list[float | None] = [o.duration_ms for o in ran]
-    own_ms: list[float | None] = [max(0.0, o.duration_ms - o.queued_ms) for o in ran]  # type: ignore[operator]
-    n = len(results)
-    program = distribution([o.cost_usd for o in ran])
-    judges = distribution([r.judge.cost_usd for r in results])
-    ok_scores = [r.score for r in results if r.error is None]
+
+def summary_of(report: Report, meta: Mapping[str, Any] | None = None) -> RunSummary:
+    """``report`` under the page's names (it must have been built with ``detail=True``)."""
+    detail = report.detail
+    if detail is None:
+        raise ValueError("the report was built without detail: ReportBuilder(detail=True)")
     wall = _number(meta, "wall_s")
     throughput = _number(meta, "throughput")
     if throughput is None and wall and "throughput" not in (meta or {}):
         # Only when nothing says otherwise: a run that recorded None could not tell
         # its rate (its results were made before its clock started).
-        throughput = n / wall
+        throughput = report.n / wall
     return RunSummary(
-        n=n,
-        ok=run.ok,
-        errors=run.errors,
-        failure_scores=sorted({r.score for r in results if r.error is not None}),
-        mean_score=math.fsum(r.score for r in results) / n if n else math.nan,
-        mean_score_ok=math.fsum(ok_scores) / len(ok_scores) if ok_scores else None,
-        named=_named_means(results),
-        program_ran=len(program_ms),
-        program_cost_usd=program.total if run.program_cost_usd is not None else None,
-        program_cost_unmeasured=run.program_cost_unmeasured,
-        judge_calls=run.judge_llm_calls,
-        judge_cost_usd=(judges.total or 0.0) if run.judge_cost_usd is not None else None,
-        judge_cost_unmeasured=run.judge_cost_unmeasured,
-        cost_notes=_cost_notes(results),
-        program_calls=run.program_llm_calls,
-        input_tokens=run.input_tokens,
-        output_tokens=run.output_tokens,
-        rate_limited=run.rate_limited,
-        retries=run.retries,
-        program_ms=distribution(program_ms),
-        program_own_ms=distribution(own_ms),
-        metric_ms=distribution([r.metric_ms for r in results]),
-        program_cost=program,
-        judge_cost=judges,
-        error_groups=error_groups(results),
+        n=report.n,
+        ok=report.ok,
+        errors=report.errors,
+        failure_scores=list(detail.failure_scores),
+        mean_score=math.nan if report.mean_score is None else report.mean_score,
+        mean_score_ok=report.mean_score_ok,
+        named=[NamedMean(name, s.mean, s.count) for name, s in report.scores.items()],
+        program_ran=detail.program_ms.count,
+        program_cost_usd=report.program_cost_usd,
+        program_cost_unmeasured=report.program_cost_unmeasured,
+        judge_calls=report.judge_llm_calls,
+        judge_cost_usd=report.judge_cost_usd,
+        judge_cost_unmeasured=report.judge_cost_unmeasured,
+        cost_notes=list(detail.cost_notes),
+        program_calls=report.program_llm_calls,
+        input_tokens=report.input_tokens,
+        output_tokens=report.output_tokens,
+        rate_limited=report.rate_limited,
+        retries=report.retries,
+        program_ms=detail.program_ms,
+        program_own_ms=detail.program_own_ms,
+        metric_ms=detail.metric_ms,
+        program_cost=detail.program_cost,
+        judge_cost=detail.judge_cost,
+        error_groups=list(detail.error_groups),
         wall_s=wall,
         throughput=throughput,
-        repeats=run.repeats,
+        repeats=report.repeats,
     )
 
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import time
 from array import array
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -35,6 +36,10 @@ __all__ = [
     "BudgetSummary",
     "CacheSummary",
     "ClusterSummary",
+    "Detail",
+    "Distribution",
+    "ErrorGroup",
+    "ErrorMessage",
     "Failure",
     "Latency",
     "ModelBudget",
@@ -45,6 +50,8 @@ __all__ = [
     "StageExecution",
     "budget_summary",
     "combine_clusters",
+    "distribution",
+    "error_groups",
     "failure_rows",
     "repeat_rows",
     "repeat_summary",
@@ -452,6 +459,135 @@ def repeat_summary(scores: Iterable[dict[int, float]], repeats: int) -> RepeatSu
     )
 
 
+class Distribution(msgspec.Struct, frozen=True, kw_only=True):
+    """One measured quantity over the examples that have it; None where nothing was."""
+
+    count: int = 0
+    missing: int = 0
+    total: float | None = None
+    mean: float | None = None
+    min: float | None = None
+    p50: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    max: float | None = None
+
+
+def distribution(values: Sequence[float | None], total: float | None = None) -> Distribution:
+    """Count, total, mean, min, p50/p95/p99 and max of the values that are not None
+    (``total``: their sum as the caller kept it, so that a report's cost and its
+    distribution's total are one number)."""
+    measured = [v for v in values if v is not None] if None in values else values
+    missing = len(values) - len(measured)
+    if not measured:
+        return Distribution(missing=missing)
+    p50, p95, p99 = percentiles(measured, [0.5, 0.95, 0.99])
+    if total is None:
+        total = sum(measured)  # type: ignore[arg-type]
+    return Distribution(
+        count=len(measured),
+        missing=missing,
+        total=total,
+        mean=total / len(measured),
+        min=float(min(measured)),  # type: ignore[type-var]
+        p50=p50,
+        p95=p95,
+        p99=p99,
+        max=float(max(measured)),  # type: ignore[type-var]
+    )
+
+
+class ErrorMessage(msgspec.Struct, frozen=True):
+    """One distinct error message (its first line) of a kind: how often, and where first."""
+
+    message: str
+    count: int
+    rows: list[int]  # indices of the results in the order they were added, the first few
+
+
+class ErrorGroup(msgspec.Struct, frozen=True):
+    """The errors of one kind: their count, and their commonest messages."""
+
+    kind: str
+    count: int
+    messages: list[ErrorMessage]
+    other_messages: int  # distinct messages beyond those listed
+
+
+class Detail(msgspec.Struct, frozen=True, kw_only=True):
+    """What a report's page shows beyond the counts (``ReportBuilder(detail=True)``): each
+    measured quantity's distribution, the errors grouped by message, why costs went
+    unmeasured, and the scores errors were recorded with."""
+
+    program_ms: Distribution
+    program_own_ms: Distribution
+    metric_ms: Distribution
+    program_cost: Distribution
+    """Per example, over the examples whose program ran and whose cost was measured."""
+    judge_cost: Distribution
+    error_groups: tuple[ErrorGroup, ...]
+    cost_notes: tuple[tuple[str, int], ...]
+    """Why costs were not measured, the commonest three, with counts."""
+    failure_scores: tuple[float, ...]
+    """The distinct scores errors were recorded with."""
+
+
+_TOP_MESSAGES = 5
+_FIRST_EXAMPLES = 5
+_MESSAGE_CHARS = 240
+
+
+def _first_line(message: str) -> str:
+    line = message.strip().split("\n", 1)[0].strip()
+    return line if len(line) <= _MESSAGE_CHARS else line[: _MESSAGE_CHARS - 1] + "…"
+
+
+def error_groups(results: Iterable[Result]) -> list[ErrorGroup]:
+    """Errors by kind (in the engine's order of kinds), each with its commonest messages
+    and the first examples that gave each (what a detailed :class:`Report` holds)."""
+    builder = ReportBuilder(detail=True)
+    builder.add_many(results)
+    return list(builder._detail.groups())  # type: ignore[union-attr]
+
+
+class _DetailTally:
+    """The detail part of a ReportBuilder: per-example costs, messages, notes."""
+
+    __slots__ = ("by_kind", "failure_scores", "judge_cost", "notes", "program_cost")
+
+    def __init__(self) -> None:
+        self.program_cost = _Latencies()
+        self.judge_cost = _Latencies()
+        self.by_kind: dict[str, dict[str, list[int]]] = {}
+        self.notes: Counter[str] = Counter()
+        self.failure_scores: set[float] = set()
+
+    def add_error(self, index: int, kind: str, message: str, score: float) -> None:
+        self.failure_scores.add(score)
+        rows = self.by_kind.setdefault(kind, {}).setdefault(_first_line(message), [])
+        rows.append(index)
+
+    def groups(self) -> tuple[ErrorGroup, ...]:
+        kinds = [k for k in ERROR_KINDS if k in self.by_kind]
+        kinds += sorted(k for k in self.by_kind if k not in ERROR_KINDS)
+        out = []
+        for kind in kinds:
+            by_message = self.by_kind[kind]
+            messages = sorted(by_message.items(), key=lambda item: (-len(item[1]), item[1][0]))
+            out.append(
+                ErrorGroup(
+                    kind=kind,
+                    count=sum(len(rows) for rows in by_message.values()),
+                    messages=[
+                        ErrorMessage(message, len(rows), rows[:_FIRST_EXAMPLES])
+                        for message, rows in messages[:_TOP_MESSAGES]
+                    ],
+                    other_messages=max(0, len(messages) - _TOP_MESSAGES),
+                )
+            )
+        return tuple(out)
+
+
 class Report(msgspec.Struct, frozen=True, kw_only=True):
     """Counts, means, latency, throughput and cost of one evaluation."""
 
@@ -496,6 +632,9 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     repeats: RepeatSummary | None = None
     """Each example's score variance over the passes of ``run --repeat K`` (None: one
     pass)."""
+    detail: Detail | None = None
+    """Distributions, error groups and cost notes (``ReportBuilder(detail=True)``: the
+    report of a results file, and a run that writes its page)."""
 
     @property
     def error_count(self) -> int:
@@ -517,18 +656,17 @@ class _Latencies:
         self.values.append(ms)
         self.total += ms
 
-    def latency(self) -> Latency:
+    def distribution(self, missing: int = 0) -> Distribution:
         values = self.values
         if not values:
-            return Latency()
-        p50, p95, p99 = percentiles(values, [0.50, 0.95, 0.99])
+            return Distribution(missing=missing)
+        d = distribution(values, self.total)
+        return d if not missing else msgspec.structs.replace(d, missing=missing)
+
+    def latency(self) -> Latency:
+        d = self.distribution()
         return Latency(
-            count=len(values),
-            mean_ms=self.total / len(values),
-            p50_ms=p50,
-            p95_ms=p95,
-            p99_ms=p99,
-            max_ms=max(values),
+            count=d.count, mean_ms=d.mean, p50_ms=d.p50, p95_ms=d.p95, p99_ms=d.p99, max_ms=d.max
         )
 
 
@@ -545,8 +683,13 @@ def _quiet_usage(judge: Usage) -> bool:
 class ReportBuilder:
     """Feed results with :meth:`add` (or :meth:`add_many`); :meth:`build` at any time."""
 
-    def __init__(self, *, failure_score: float = 0.0, repeats: int = 1) -> None:
+    def __init__(
+        self, *, failure_score: float = 0.0, repeats: int = 1, detail: bool = False
+    ) -> None:
         self.failure_score = failure_score
+        #: ``detail``: keep what the page shows too (:class:`Detail`): each example's
+        #: costs, the errors' messages, why costs went unmeasured.
+        self._detail: _DetailTally | None = _DetailTally() if detail else None
         #: ``run --repeat K``: each example's score in each pass, keyed by its id's
         #: example_key (None with one pass: nothing per example is kept then).
         self.repeats = repeats
@@ -585,6 +728,7 @@ class ReportBuilder:
         so counted but not in throughput either."""
         if self._by_example is not None:
             self._note_repeat(result)
+        index = self.n
         self.n += 1
         if resumed:
             self.resumed += 1
@@ -602,6 +746,8 @@ class ReportBuilder:
         else:
             self._sum_all += result.score
             self.errors[error.kind] = self.errors.get(error.kind, 0) + 1
+            if self._detail is not None:
+                self._detail.add_error(index, error.kind, error.message, result.score)
             if len(self._failures) < FAILURES_KEPT:
                 self._failures.append(Failure(result.example_id, error.kind, error.message))
         self._add_program(result.observation)
@@ -630,9 +776,14 @@ class ReportBuilder:
             self._own.add(max(0.0, obs.duration_ms - obs.queued_ms))
             if obs.cost_usd is None:
                 self.program_cost_unmeasured += 1
+                if self._detail is not None:
+                    notes = [f"program: {n}" for n in obs.notes] or ["program: no reason recorded"]
+                    self._detail.notes.update(notes)
             else:
                 self.program_cost_measured += 1
                 self.program_cost += obs.cost_usd
+                if self._detail is not None:
+                    self._detail.program_cost.add(obs.cost_usd)
         # Retries and 429s count even for a call that was given up (no llm_calls then).
         if obs.llm_calls:
             self.program_llm_calls += obs.llm_calls
@@ -650,8 +801,13 @@ class ReportBuilder:
         self.rate_limited += judge.rate_limited
         if judge.cost_usd is None:
             self.judge_cost_unmeasured += 1
+            if self._detail is not None:
+                notes = [f"judge: {n}" for n in judge.notes] or ["judge: no reason recorded"]
+                self._detail.notes.update(notes)
         else:
             self.judge_cost += judge.cost_usd
+            if self._detail is not None:
+                self._detail.judge_cost.add(judge.cost_usd)
 
     def add_many(
         self, results: Iterable[Result], *, resumed: bool = False, timed: bool = True
@@ -661,7 +817,7 @@ class ReportBuilder:
         an observation and a judge usage with no time, calls, retries or cost, mostly the
         one shared object each) is counted in place, the rest by :meth:`add`."""
         add = self.add
-        if resumed or self._by_example is not None:  # per example: through add()
+        if resumed or self._by_example is not None or self._detail is not None:
             for result in results:
                 add(result, resumed=resumed, timed=timed)
             return
@@ -768,6 +924,22 @@ class ReportBuilder:
                 if self._by_example is None
                 else repeat_summary(self._by_example.values(), self.repeats)
             ),
+            detail=self._build_detail(),
+        )
+
+    def _build_detail(self) -> Detail | None:
+        tally = self._detail
+        if tally is None:
+            return None
+        return Detail(
+            program_ms=self._program.distribution(),
+            program_own_ms=self._own.distribution(),
+            metric_ms=self._metric.distribution(self.n - len(self._metric.values)),
+            program_cost=tally.program_cost.distribution(self.program_cost_unmeasured),
+            judge_cost=tally.judge_cost.distribution(self.judge_cost_unmeasured),
+            error_groups=tally.groups(),
+            cost_notes=tuple(tally.notes.most_common(3)),
+            failure_scores=tuple(sorted(tally.failure_scores)),
         )
 
 
