@@ -20,15 +20,17 @@ EXAMPLE = ROOT / "examples" / "openai"
 # Some examples fail (a metric error with its message), the others return named scores;
 # the first ones pass, so that the contract check before the run does.
 LATE = ("10 + 25", "21 + 28", "38 + 38", "28 + 11", "28 + 9")
-METRIC = """
-LATE = %r
+METRIC = (
+    f"LATE = {LATE!r}\n"
+    + """
 
 def score(input, output, expected=None):
     if input["question"].removeprefix("What is ").removesuffix("?") in LATE:
         raise ValueError("no verdict for " + input["question"])
     ok = float(output == expected["verdict"])
     return ok, {"feedback": "checked", "scores": {"verdict": ok, "half": ok / 2}}
-""" % (LATE,)
+"""
+)
 
 #: What only the run knows: its clock, its executors, its models' budgets.
 RUN_ONLY = {"wall_s", "throughput", "executors", "model_budgets", "detail"}
