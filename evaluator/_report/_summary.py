@@ -477,23 +477,23 @@ def distribution(values: Sequence[float | None], total: float | None = None) -> 
     """Count, total, mean, min, p50/p95/p99 and max of the values that are not None
     (``total``: their sum as the caller kept it, so that a report's cost and its
     distribution's total are one number)."""
-    measured = [v for v in values if v is not None] if None in values else values
+    measured: Sequence[float] = [v for v in values if v is not None]
     missing = len(values) - len(measured)
     if not measured:
         return Distribution(missing=missing)
     p50, p95, p99 = percentiles(measured, [0.5, 0.95, 0.99])
     if total is None:
-        total = sum(measured)  # type: ignore[arg-type]
+        total = sum(measured)
     return Distribution(
         count=len(measured),
         missing=missing,
         total=total,
         mean=total / len(measured),
-        min=float(min(measured)),  # type: ignore[type-var]
+        min=float(min(measured)),
         p50=p50,
         p95=p95,
         p99=p99,
-        max=float(max(measured)),  # type: ignore[type-var]
+        max=float(max(measured)),
     )
 
 
