@@ -403,14 +403,13 @@ class Reader:
 
     def _count(self, result: Result) -> None:
         out = self.out
-        key = example_key(result.example_id)
+        # One result per (id, pass): a run without repeats has only pass 0.
+        pair = result_key(result)
+        key, repeat = pair
         wanted = self.wanted
         if wanted is not None and key not in wanted:
             out.foreign += 1
             return
-        # One result per (id, pass): a run without repeats has only pass 0.
-        pair = result_key(result)
-        repeat = pair[1]
         if pair in self.seen:
             out.duplicates += 1
             return
