@@ -1,11 +1,13 @@
 """Reading a results file for a report: every line accounted for, or an error naming it.
 
-A report is only worth looking at when its counts are the file's counts, so this reader is
-stricter than the one ``--resume`` uses (``evaluator._results_file._reader``): that one may
-drop a torn last line and go on, because the run will redo the example; a report cannot redo it,
-so a torn, non-JSON or foreign line is an error that names the file and line, says what is
-wrong and how to fix it. An example id that occurs twice is an error too (two runs wrote
-one file at once): a report that counted it twice would be wrong, and one that kept either
+A report is only worth looking at when its counts are the file's counts, so it reads the
+file strictly: a whole file in one decode when it can, else line by line through the one
+line reader, ``evaluator._results_file._reader.Reader``, with ``strict=True``. Reading for
+``--resume`` may drop a torn last line and go on, because the run will redo the example;
+a report cannot redo it, so a torn, non-JSON or foreign line is an error that names the
+file and line, says what is wrong and how to fix it (``_reader.diagnose``). An example
+that occurs twice (its ``result_key``) is an error too (two runs wrote one file at once):
+a report that counted it twice would be wrong, and one that kept either
 line would be silently choosing.
 
 A results file may start with a header line, an object holding the key
