@@ -88,8 +88,8 @@ if typing.TYPE_CHECKING:
     from ._report import StageExecution as StageExecution
     from ._report.html import Comparison as Comparison
     from ._report.html import compare_results as compare_results
-    from ._report.html import load_results_file as load_results_file
     from ._report.html import write_html_report as write_html_report
+    from ._results_file._load import load_results_file as load_results_file
     from ._results_file._store import ResultsWriter as ResultsWriter
     from ._results_file._store import Resumed as Resumed
     from ._results_file._store import ResumeWarning as ResumeWarning
@@ -149,7 +149,7 @@ _WHERE = {
     "StageExecution": "._report",
     "Comparison": "._report.html",
     "compare_results": "._report.html",
-    "load_results_file": "._report.html",
+    "load_results_file": "._results_file._load",
     "write_html_report": "._report.html",
     "ERROR_KINDS": "._call._results",
     "ErrorInfo": "._call._results",

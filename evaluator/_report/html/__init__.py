@@ -1,12 +1,12 @@
-"""The run report: ``skynet-eval report``, one self-contained HTML page per run.
+"""The run report's page: ``skynet-eval report``, one self-contained HTML page per run.
 
-Layout: ``_load`` reads results files (with or without a header line) strictly;
-``_stats`` summarises one run; ``_compare`` matches two runs by id (its paired bootstrap
-interval is ``evaluator._stats.bootstrap_mean_ci``); ``_rows`` lays out the page's table
-data; ``_svg`` draws the charts;
-``_html`` writes the markup (``assets/`` holds the page's script and stylesheet);
-``_build`` ties them together; ``_terminal`` lays out the same summary as table rows
-(printed by ``evaluator._cli._output``, as ``run``'s report is);
+Layout (the results file is read by ``evaluator._results_file._load``, the run summarised
+by ``evaluator._report._summary``, viewed by ``evaluator._report._stats``): ``_compare``
+matches two runs by id (its paired bootstrap interval is
+``evaluator._stats.bootstrap_mean_ci``); ``_rows`` lays out the page's table data;
+``_svg`` draws the charts; ``_html`` writes the markup (``assets/`` holds the page's
+script and stylesheet); ``_build`` ties them together (the terminal's rows of the same
+summary are ``evaluator._report._terminal``'s); ``_race`` is a race file's page;
 ``_command`` is the ``report`` subcommand's logic.
 """
 
