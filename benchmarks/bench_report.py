@@ -27,8 +27,8 @@ from pathlib import Path
 import msgspec
 
 from evaluator import ErrorInfo, Observation, Result, Usage
-from evaluator._report_html import build_report, load_results_file
-from evaluator._report_html._build import write_file
+from evaluator._report.html import build_report, load_results_file
+from evaluator._report.html._build import write_file
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [

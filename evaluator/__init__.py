@@ -19,7 +19,8 @@ Layout (sub-packages; docs/architecture.md lists the flat modules too):
 - ``_sdk/``: the user's own model SDKs, routed through the engine's model client
 - ``_judges/``: ``skynet-eval judges``: judge comparison, agreement, the plot
 - ``_optimizers/``: the GEPA and DSPy adapters behind ``evaluator.gepa`` and ``.dspy``
-- ``_report_html/``: ``skynet-eval report``: the HTML page, run-to-run comparison
+- ``_report/``: the run report (live and offline), its rows, ``skynet-eval report``'s page
+- ``_results_file/``: the results file: writing, resuming, reading it back
 - ``_cli/``: the command line
 """
 
@@ -85,16 +86,16 @@ if typing.TYPE_CHECKING:
     from ._report import Report as Report
     from ._report import ReportBuilder as ReportBuilder
     from ._report import StageExecution as StageExecution
-    from ._report_html import Comparison as Comparison
-    from ._report_html import compare_results as compare_results
-    from ._report_html import load_results_file as load_results_file
-    from ._report_html import write_html_report as write_html_report
+    from ._report.html import Comparison as Comparison
+    from ._report.html import compare_results as compare_results
+    from ._report.html import write_html_report as write_html_report
+    from ._results_file._load import load_results_file as load_results_file
+    from ._results_file._store import ResultsWriter as ResultsWriter
+    from ._results_file._store import Resumed as Resumed
+    from ._results_file._store import ResumeWarning as ResumeWarning
+    from ._results_file._store import open_results as open_results
+    from ._results_file._store import read_results as read_results
     from ._storable import StoreChange as StoreChange
-    from ._store import ResultsWriter as ResultsWriter
-    from ._store import Resumed as Resumed
-    from ._store import ResumeWarning as ResumeWarning
-    from ._store import open_results as open_results
-    from ._store import read_results as read_results
 
 #: Where each public name lives.
 _WHERE = {
@@ -146,10 +147,10 @@ _WHERE = {
     "Report": "._report",
     "ReportBuilder": "._report",
     "StageExecution": "._report",
-    "Comparison": "._report_html",
-    "compare_results": "._report_html",
-    "load_results_file": "._report_html",
-    "write_html_report": "._report_html",
+    "Comparison": "._report.html",
+    "compare_results": "._report.html",
+    "load_results_file": "._results_file._load",
+    "write_html_report": "._report.html",
     "ERROR_KINDS": "._call._results",
     "ErrorInfo": "._call._results",
     "Observation": "._call._results",
@@ -157,11 +158,11 @@ _WHERE = {
     "Scored": "._call._results",
     "Usage": "._call._results",
     "StoreChange": "._storable",
-    "ResultsWriter": "._store",
-    "Resumed": "._store",
-    "ResumeWarning": "._store",
-    "open_results": "._store",
-    "read_results": "._store",
+    "ResultsWriter": "._results_file._store",
+    "Resumed": "._results_file._store",
+    "ResumeWarning": "._results_file._store",
+    "open_results": "._results_file._store",
+    "read_results": "._results_file._store",
 }
 
 __all__ = [

@@ -46,8 +46,8 @@ warnings ``CacheWarning`` and ``ResumeWarning``.
 
 The results file's errors are ``ConfigError``s (the command line prints them as one line
 and exits 2): each names the file and, where it helps, the line, says what is wrong and how
-to go on. One ``ResultsFileError`` serves both readers, ``--resume``'s
-(:mod:`evaluator._resultsfile`) and the report's (:mod:`evaluator._report_html._load`).
+to go on. One ``ResultsFileError`` serves every reading of the file
+(:mod:`evaluator._results_file._reader`: ``--resume``'s, and the report's strict one).
 """
 
 from __future__ import annotations

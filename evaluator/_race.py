@@ -710,7 +710,7 @@ class _RaceFile(msgspec.Struct, frozen=True):
 def write_race_file(race: RaceResult, path: str | Path, option: str = "output") -> Path:
     """Write ``race`` as one JSON object (``skynet-eval race --output``), whole or not at
     all: to a temporary name beside ``path``, then renamed there."""
-    from ._report_html._build import write_file
+    from ._report.html._build import write_file
 
     target = Path(path)
     write_file(msgspec.json.encode(_RaceFile(1, race)).decode() + "\n", target, option=option)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from evaluator import ContractReport, Report
     from evaluator._report import Failure
-    from evaluator._report_html import BuiltReport
+    from evaluator._report.html import BuiltReport
 
 __all__ = [
     "console",
@@ -130,8 +130,8 @@ def print_built_report(
     built: BuiltReport, out: Console, *, results: str, baseline: str | None
 ) -> None:
     """``report``'s summary (and its comparison with the baseline) as tables."""
-    from evaluator._report_html._html import delta_
-    from evaluator._report_html._terminal import comparison_rows, summary_rows
+    from evaluator._report._terminal import comparison_rows, summary_rows
+    from evaluator._report.html._html import delta_
 
     print_rows(summary_rows(built.summary), out, title=f"Report: {results}")
     for warning in built.warnings:

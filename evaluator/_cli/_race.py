@@ -277,7 +277,7 @@ def execute(options: RaceOptions) -> int:
         if options.json:
             write_json(stream, race)
     if not options.json:
-        from evaluator._report_html._race import print_race
+        from evaluator._report.html._race import print_race
 
         from ._output import console
 
@@ -320,7 +320,7 @@ def _write(options: RaceOptions, race: RaceResult) -> int:
             print(f"skynet-eval race: error: --output {options.output}: {exc}", file=sys.stderr)
             code = 1
     if options.report is not None:
-        from evaluator._report_html._race import write_race_page
+        from evaluator._report.html._race import write_race_page
 
         try:
             write_race_page(race, Path(options.report), option="report")

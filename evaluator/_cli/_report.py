@@ -1,5 +1,5 @@
 """``skynet-eval report``: its flags are ``_options.ReportOptions`` (with the other
-commands'); the logic is ``evaluator._report_html._command``, whose modules load only in
+commands'); the logic is ``evaluator._report.html._command``, whose modules load only in
 :func:`execute`.
 """
 
@@ -15,7 +15,7 @@ __all__ = ["execute"]
 def execute(options: ReportOptions) -> int:
     """Run the command; the exit code (0 done, 1 a regression with --fail-on-regression)."""
     from .._race import is_race_file
-    from .._report_html._command import race_report_command, report_command
+    from .._report.html._command import race_report_command, report_command
 
     if is_race_file(options.results):  # `skynet-eval race --output`: the race's page
         return race_report_command(**asdict(options))

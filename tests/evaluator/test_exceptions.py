@@ -90,8 +90,8 @@ class TestResultsFileErrors:
     def test_one_class_for_both_readers(self) -> None:
         """The report's reader and --resume's reader raise the same ResultsFileError,
         a ConfigError (one line on the command line), whose message is where: problem; fix."""
-        from evaluator._report_html import ResultsFileError as from_report
-        from evaluator._resultsfile import (  # type: ignore[attr-defined]  # the name as --resume sees it
+        from evaluator._report.html import ResultsFileError as from_report
+        from evaluator._results_file._reader import (  # type: ignore[attr-defined]  # the name as --resume sees it
             NotAResultsFile as from_resume,
         )
 

@@ -32,7 +32,7 @@ from evaluator._exceptions import (
     ResultsWriteError,
 )
 from evaluator._fingerprint import HEADER_KEY, fingerprint_run
-from evaluator._store import ResultsWriter, open_results, read_results
+from evaluator._results_file._store import ResultsWriter, open_results, read_results
 from tests._helpers import PROCESS
 
 _settings = settings(

@@ -11,8 +11,8 @@ import pytest
 from evaluator import DatasetError, Result
 from evaluator._call._results import example_key
 from evaluator._data._dataset import examples_from_rows
-from evaluator._report_html._load import join_examples
-from evaluator._resultsfile import scan
+from evaluator._results_file._load import join_examples
+from evaluator._results_file._reader import scan
 
 
 class TestExampleKey:

@@ -184,9 +184,9 @@ _PRINTERS = {
     _CLI / "_config.py": ("run", "check", "judges"),
     ROOT / "evaluator" / "_models.py": ("run", "check"),
     ROOT / "evaluator" / "_data" / "_dataset.py": ("run", "check", "judges", "report"),
-    ROOT / "evaluator" / "_store.py": ("run",),
-    ROOT / "evaluator" / "_report_html" / "_command.py": ("report",),
-    ROOT / "evaluator" / "_report_html" / "_load.py": ("report",),
+    ROOT / "evaluator" / "_results_file" / "_store.py": ("run",),
+    ROOT / "evaluator" / "_report" / "html" / "_command.py": ("report",),
+    ROOT / "evaluator" / "_results_file" / "_load.py": ("report",),
     **{path: ("judges",) for path in (ROOT / "evaluator" / "_judges").glob("*.py")},
 }
 

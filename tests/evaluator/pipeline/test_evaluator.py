@@ -88,7 +88,9 @@ class TestConfiguration:
         path = write(tmp_path, "m.py", EXACT)
         with pytest.raises(ConfigError) as info:
             Evaluator(path, timeout=900)
-        assert str(info.value) == "`timeout` must be greater than 0 and at most 600 seconds, got 900"
+        assert (
+            str(info.value) == "`timeout` must be greater than 0 and at most 600 seconds, got 900"
+        )
         with pytest.raises(ConfigError, match="greater than 0 and at most 600"):
             Evaluator(path, timeout=0)
 

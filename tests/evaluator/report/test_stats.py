@@ -9,14 +9,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from evaluator import ReportBuilder
-from evaluator._report_html import summarize
-from evaluator._report_html._stats import (
+from evaluator._report._stats import (
     distribution,
     error_groups,
     histogram,
     log_edges,
     score_edges,
 )
+from evaluator._report.html import summarize
 
 from .conftest import result
 

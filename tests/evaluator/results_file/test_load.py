@@ -10,15 +10,14 @@ import pytest
 
 from evaluator import Example, Result
 from evaluator._call._results import example_key
-from evaluator._report_html import ResultsFileError, load_results_file
-from evaluator._report_html._load import (
+from evaluator._report.html import ResultsFileError, load_results_file
+from evaluator._results_file._load import (
     ReportLine,
     header_fields,
     join_examples,
     results_from,
 )
-
-from .conftest import result, write_results
+from tests.evaluator.report.conftest import result, write_results
 
 HEADER = {
     "skynet_eval_results": 1,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from html.parser import HTMLParser
 
-from evaluator._report_html._stats import Bin
-from evaluator._report_html._svg import Marker, Series, bar_chart, fmt_number
+from evaluator._report._stats import Bin
+from evaluator._report.html._svg import Marker, Series, bar_chart, fmt_number
 
 BINS = [Bin(0.0, 0.5, (2, 1, 4)), Bin(0.5, 1.0, (5, 0, 3))]
 

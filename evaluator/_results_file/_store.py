@@ -11,7 +11,7 @@ cut short if the kill lands inside a write). The pieces, in the order a run uses
   recording the run's :class:`Fingerprints`; a file with results is refused unless
   ``resume``; resuming checks the fingerprints (a mismatch is refused unless ``force``),
   counts each dataset id once, and repairs a torn last line (only a line without its
-  newline, only under the lock; see :mod:`evaluator._resultsfile` for what is refused).
+  newline, only under the lock; see :mod:`evaluator._results_file._reader` for what is refused).
 - :meth:`ResultsWriter.write`: stores any value (the rule is :mod:`evaluator._storable`:
   what JSON cannot hold is replaced and reported, never a crash) and turns a failing
   disk into one :class:`ResultsWriteError` saying what was written and how to resume.
@@ -32,10 +32,11 @@ from typing import Any
 
 import msgspec
 
-from ._call._results import Result
-from ._exceptions import ResultsFileError, ResultsLocked, ResultsWriteError, ResumeMismatch
-from ._fingerprint import FORMAT_VERSION, HEADER_KEY, Fingerprints, ResultsHeader, RunEnd, compare
-from ._resultsfile import (
+from .._call._results import Result
+from .._exceptions import ResultsFileError, ResultsLocked, ResultsWriteError, ResumeMismatch
+from .._fingerprint import FORMAT_VERSION, HEADER_KEY, Fingerprints, ResultsHeader, RunEnd, compare
+from .._storable import StoreChange, encode_results
+from ._reader import (
     Reader,
     ResultsScan,
     ResumeWarning,
@@ -44,7 +45,6 @@ from ._resultsfile import (
     scan,
     torn_warning,
 )
-from ._storable import StoreChange, encode_results
 
 if sys.platform != "win32":
     import fcntl

@@ -19,7 +19,7 @@ from html import escape
 
 import msgspec
 
-from ._stats import Bin
+from .._stats import Bin
 
 __all__ = ["Marker", "Series", "bar_chart", "fmt_number"]
 

@@ -17,14 +17,14 @@ from typing import Any
 
 import msgspec
 
-from .._call._results import Result, example_key
-from .._data._dataset import Example, load_examples
-from .._outpath import check_output_path
+from ..._call._results import Result, example_key
+from ..._data._dataset import Example, load_examples
+from ..._outpath import check_output_path
+from ..._results_file._load import Joined, ResultsFile, header_fields, join_examples, results_from
+from .._stats import RunSummary, histogram, log_edges, score_edges, summarize
 from ._compare import Comparison, compare_results, pair_results
 from ._html import Page, header_differences, render_page
-from ._load import Joined, ResultsFile, header_fields, join_examples, results_from
 from ._rows import STATUS_CODES, PageRows, build_rows, carries_inputs
-from ._stats import RunSummary, histogram, log_edges, score_edges, summarize
 from ._svg import Marker, Series, bar_chart, fmt_number
 
 __all__ = ["BuiltReport", "build_report", "write_file", "write_html_report"]

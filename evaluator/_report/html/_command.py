@@ -17,10 +17,10 @@ from typing import Any
 
 import msgspec
 
-from .._exceptions import ConfigError
-from .._outpath import check_output_path
+from ..._exceptions import ConfigError
+from ..._outpath import check_output_path
+from ..._results_file._load import load_results_file
 from ._build import build_report, write_file
-from ._load import load_results_file
 
 __all__ = ["default_html_path", "race_report_command", "regression_reasons", "report_command"]
 
@@ -76,8 +76,8 @@ def _check_csv(csv: str | None, results: str, baseline: str | None) -> None:
                 f"--csv {csv} is the {flag} file itself: exporting there would destroy the "
                 "results; choose another --csv path, e.g. results.csv"
             )
-    from .._exceptions import OutputPathError
-    from .._outpath import check_output_path
+    from ..._exceptions import OutputPathError
+    from ..._outpath import check_output_path
 
     try:
         check_output_path(csv)
@@ -87,8 +87,8 @@ def _check_csv(csv: str | None, results: str, baseline: str | None) -> None:
 
 def _print_failures(results: Sequence[Any], console: Any) -> None:
     """Every failed example, as ``run`` lists its first few."""
-    from .._cli._output import print_failures
-    from .._report import Failure
+    from ..._cli._output import print_failures
+    from .._summary import Failure
 
     failed = [f for f in map(Failure.of, results) if f is not None]
     if not failed:
@@ -156,7 +156,7 @@ def report_command(
         }
         sys.stdout.write(msgspec.json.encode(payload).decode() + "\n")
     else:
-        from .._cli._output import print_built_report
+        from ..._cli._output import print_built_report
 
         if console is None:
             from rich.console import Console
@@ -190,7 +190,7 @@ def race_report_command(
     """``skynet-eval report RACE.json``: a race file (``skynet-eval race --output``) as
     its own page, the candidates-by-examples matrix, and the same table in the terminal.
     ``others``: the report's other options, refused when given (a race has none of them)."""
-    from .._race import read_race_file
+    from ..._race import read_race_file
     from ._race import print_race, write_race_page
 
     given = sorted(k for k, v in others.items() if v not in (None, False, 0.0, ()))

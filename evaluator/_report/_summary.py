@@ -20,20 +20,26 @@ from __future__ import annotations
 
 import time
 from array import array
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import msgspec
 
 from llm_client import HedgeStatistics
 
-from ._call._results import ERROR_KINDS, Observation, Result, Usage, result_key
-from ._stats import percentiles
+from .._call._results import ERROR_KINDS, Observation, Result, Usage, result_key
+from .._stats import percentiles
 
 __all__ = [
     "FAILURES_KEPT",
     "BudgetSummary",
+    "CacheSummary",
     "ClusterSummary",
+    "Detail",
+    "Distribution",
+    "ErrorGroup",
+    "ErrorMessage",
     "Failure",
     "Latency",
     "ModelBudget",
@@ -44,10 +50,11 @@ __all__ = [
     "StageExecution",
     "budget_summary",
     "combine_clusters",
-    "failure_rows",
-    "repeat_rows",
-    "report_rows",
+    "distribution",
+    "error_groups",
+    "repeat_summary",
     "result_cost",
+    "stage_costs",
 ]
 
 #: How many failures a report keeps to show (the first ones, in the order they came).
@@ -383,23 +390,6 @@ class Failure(msgspec.Struct, frozen=True):
         return None if error is None else cls(result.example_id, error.kind, error.message)
 
 
-def failure_rows(
-    failures: Iterable[Failure], *, width: int | None = None
-) -> list[tuple[str, str, str]]:
-    """Failures as (id, kind, message) rows; ``width`` puts each message on one line of
-    at most that many characters (the terminal summary); None keeps it whole."""
-    rows: list[tuple[str, str, str]] = []
-    for f in failures:
-        message = f.message.strip()
-        if width is not None:
-            message = " ".join(message.split())
-            if len(message) > width:
-                message = message[: width - 1] + "…"
-        ident = f.example_id if isinstance(f.example_id, str) else repr(f.example_id)
-        rows.append((ident, f.kind, message))
-    return rows
-
-
 class RepeatSummary(msgspec.Struct, frozen=True, kw_only=True):
     """How far each example's score varies over the K passes of ``run --repeat K``.
 
@@ -425,8 +415,8 @@ class RepeatSummary(msgspec.Struct, frozen=True, kw_only=True):
 
 def repeat_summary(scores: Iterable[dict[int, float]], repeats: int) -> RepeatSummary:
     """The :class:`RepeatSummary` of ``scores`` (one ``{pass: score}`` per example)."""
-    from ._judges._agreement import stable_share, within_std
-    from ._stats import bootstrap_mean_ci
+    from .._judges._agreement import stable_share, within_std
+    from .._stats import bootstrap_mean_ci
 
     rows: list[list[float]] = []
     incomplete = 0
@@ -447,6 +437,135 @@ def repeat_summary(scores: Iterable[dict[int, float]], repeats: int) -> RepeatSu
         mean=sum(means) / len(means),
         mean_ci=bootstrap_mean_ci(means),
     )
+
+
+class Distribution(msgspec.Struct, frozen=True, kw_only=True):
+    """One measured quantity over the examples that have it; None where nothing was."""
+
+    count: int = 0
+    missing: int = 0
+    total: float | None = None
+    mean: float | None = None
+    min: float | None = None
+    p50: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    max: float | None = None
+
+
+def distribution(values: Sequence[float | None], total: float | None = None) -> Distribution:
+    """Count, total, mean, min, p50/p95/p99 and max of the values that are not None
+    (``total``: their sum as the caller kept it, so that a report's cost and its
+    distribution's total are one number)."""
+    measured: Sequence[float] = [v for v in values if v is not None]
+    missing = len(values) - len(measured)
+    if not measured:
+        return Distribution(missing=missing)
+    p50, p95, p99 = percentiles(measured, [0.5, 0.95, 0.99])
+    if total is None:
+        total = sum(measured)
+    return Distribution(
+        count=len(measured),
+        missing=missing,
+        total=total,
+        mean=total / len(measured),
+        min=float(min(measured)),
+        p50=p50,
+        p95=p95,
+        p99=p99,
+        max=float(max(measured)),
+    )
+
+
+class ErrorMessage(msgspec.Struct, frozen=True):
+    """One distinct error message (its first line) of a kind: how often, and where first."""
+
+    message: str
+    count: int
+    rows: list[int]  # indices of the results in the order they were added, the first few
+
+
+class ErrorGroup(msgspec.Struct, frozen=True):
+    """The errors of one kind: their count, and their commonest messages."""
+
+    kind: str
+    count: int
+    messages: list[ErrorMessage]
+    other_messages: int  # distinct messages beyond those listed
+
+
+class Detail(msgspec.Struct, frozen=True, kw_only=True):
+    """What a report's page shows beyond the counts (``ReportBuilder(detail=True)``): each
+    measured quantity's distribution, the errors grouped by message, why costs went
+    unmeasured, and the scores errors were recorded with."""
+
+    program_ms: Distribution
+    program_own_ms: Distribution
+    metric_ms: Distribution
+    program_cost: Distribution
+    """Per example, over the examples whose program ran and whose cost was measured."""
+    judge_cost: Distribution
+    error_groups: tuple[ErrorGroup, ...]
+    cost_notes: tuple[tuple[str, int], ...]
+    """Why costs were not measured, the commonest three, with counts."""
+    failure_scores: tuple[float, ...]
+    """The distinct scores errors were recorded with."""
+
+
+_TOP_MESSAGES = 5
+_FIRST_EXAMPLES = 5
+_MESSAGE_CHARS = 240
+
+
+def _first_line(message: str) -> str:
+    line = message.strip().split("\n", 1)[0].strip()
+    return line if len(line) <= _MESSAGE_CHARS else line[: _MESSAGE_CHARS - 1] + "…"
+
+
+def error_groups(results: Iterable[Result]) -> list[ErrorGroup]:
+    """Errors by kind (in the engine's order of kinds), each with its commonest messages
+    and the first examples that gave each (what a detailed :class:`Report` holds)."""
+    builder = ReportBuilder(detail=True)
+    builder.add_many(results)
+    return list(builder._detail.groups())  # type: ignore[union-attr]
+
+
+class _DetailTally:
+    """The detail part of a ReportBuilder: per-example costs, messages, notes."""
+
+    __slots__ = ("by_kind", "failure_scores", "judge_cost", "notes", "program_cost")
+
+    def __init__(self) -> None:
+        self.program_cost = _Latencies()
+        self.judge_cost = _Latencies()
+        self.by_kind: dict[str, dict[str, list[int]]] = {}
+        self.notes: Counter[str] = Counter()
+        self.failure_scores: set[float] = set()
+
+    def add_error(self, index: int, kind: str, message: str, score: float) -> None:
+        self.failure_scores.add(score)
+        rows = self.by_kind.setdefault(kind, {}).setdefault(_first_line(message), [])
+        rows.append(index)
+
+    def groups(self) -> tuple[ErrorGroup, ...]:
+        kinds = [k for k in ERROR_KINDS if k in self.by_kind]
+        kinds += sorted(k for k in self.by_kind if k not in ERROR_KINDS)
+        out = []
+        for kind in kinds:
+            by_message = self.by_kind[kind]
+            messages = sorted(by_message.items(), key=lambda item: (-len(item[1]), item[1][0]))
+            out.append(
+                ErrorGroup(
+                    kind=kind,
+                    count=sum(len(rows) for rows in by_message.values()),
+                    messages=[
+                        ErrorMessage(message, len(rows), rows[:_FIRST_EXAMPLES])
+                        for message, rows in messages[:_TOP_MESSAGES]
+                    ],
+                    other_messages=max(0, len(messages) - _TOP_MESSAGES),
+                )
+            )
+        return tuple(out)
 
 
 class Report(msgspec.Struct, frozen=True, kw_only=True):
@@ -493,6 +612,9 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     repeats: RepeatSummary | None = None
     """Each example's score variance over the passes of ``run --repeat K`` (None: one
     pass)."""
+    detail: Detail | None = None
+    """Distributions, error groups and cost notes (``ReportBuilder(detail=True)``: the
+    report of a results file, and a run that writes its page)."""
 
     @property
     def error_count(self) -> int:
@@ -514,18 +636,17 @@ class _Latencies:
         self.values.append(ms)
         self.total += ms
 
-    def latency(self) -> Latency:
+    def distribution(self, missing: int = 0) -> Distribution:
         values = self.values
         if not values:
-            return Latency()
-        p50, p95, p99 = percentiles(values, [0.50, 0.95, 0.99])
+            return Distribution(missing=missing)
+        d = distribution(values, self.total)
+        return d if not missing else msgspec.structs.replace(d, missing=missing)
+
+    def latency(self) -> Latency:
+        d = self.distribution()
         return Latency(
-            count=len(values),
-            mean_ms=self.total / len(values),
-            p50_ms=p50,
-            p95_ms=p95,
-            p99_ms=p99,
-            max_ms=max(values),
+            count=d.count, mean_ms=d.mean, p50_ms=d.p50, p95_ms=d.p95, p99_ms=d.p99, max_ms=d.max
         )
 
 
@@ -542,8 +663,13 @@ def _quiet_usage(judge: Usage) -> bool:
 class ReportBuilder:
     """Feed results with :meth:`add` (or :meth:`add_many`); :meth:`build` at any time."""
 
-    def __init__(self, *, failure_score: float = 0.0, repeats: int = 1) -> None:
+    def __init__(
+        self, *, failure_score: float = 0.0, repeats: int = 1, detail: bool = False
+    ) -> None:
         self.failure_score = failure_score
+        #: ``detail``: keep what the page shows too (:class:`Detail`): each example's
+        #: costs, the errors' messages, why costs went unmeasured.
+        self._detail: _DetailTally | None = _DetailTally() if detail else None
         #: ``run --repeat K``: each example's score in each pass, keyed by its id's
         #: example_key (None with one pass: nothing per example is kept then).
         self.repeats = repeats
@@ -582,6 +708,7 @@ class ReportBuilder:
         so counted but not in throughput either."""
         if self._by_example is not None:
             self._note_repeat(result)
+        index = self.n
         self.n += 1
         if resumed:
             self.resumed += 1
@@ -599,6 +726,8 @@ class ReportBuilder:
         else:
             self._sum_all += result.score
             self.errors[error.kind] = self.errors.get(error.kind, 0) + 1
+            if self._detail is not None:
+                self._detail.add_error(index, error.kind, error.message, result.score)
             if len(self._failures) < FAILURES_KEPT:
                 self._failures.append(Failure(result.example_id, error.kind, error.message))
         self._add_program(result.observation)
@@ -627,9 +756,14 @@ class ReportBuilder:
             self._own.add(max(0.0, obs.duration_ms - obs.queued_ms))
             if obs.cost_usd is None:
                 self.program_cost_unmeasured += 1
+                if self._detail is not None:
+                    notes = [f"program: {n}" for n in obs.notes] or ["program: no reason recorded"]
+                    self._detail.notes.update(notes)
             else:
                 self.program_cost_measured += 1
                 self.program_cost += obs.cost_usd
+                if self._detail is not None:
+                    self._detail.program_cost.add(obs.cost_usd)
         # Retries and 429s count even for a call that was given up (no llm_calls then).
         if obs.llm_calls:
             self.program_llm_calls += obs.llm_calls
@@ -647,8 +781,13 @@ class ReportBuilder:
         self.rate_limited += judge.rate_limited
         if judge.cost_usd is None:
             self.judge_cost_unmeasured += 1
+            if self._detail is not None:
+                notes = [f"judge: {n}" for n in judge.notes] or ["judge: no reason recorded"]
+                self._detail.notes.update(notes)
         else:
             self.judge_cost += judge.cost_usd
+            if self._detail is not None:
+                self._detail.judge_cost.add(judge.cost_usd)
 
     def add_many(
         self, results: Iterable[Result], *, resumed: bool = False, timed: bool = True
@@ -658,7 +797,7 @@ class ReportBuilder:
         an observation and a judge usage with no time, calls, retries or cost, mostly the
         one shared object each) is counted in place, the rest by :meth:`add`."""
         add = self.add
-        if resumed or self._by_example is not None:  # per example: through add()
+        if resumed or self._by_example is not None or self._detail is not None:
             for result in results:
                 add(result, resumed=resumed, timed=timed)
             return
@@ -765,181 +904,20 @@ class ReportBuilder:
                 if self._by_example is None
                 else repeat_summary(self._by_example.values(), self.repeats)
             ),
+            detail=self._build_detail(),
         )
 
-
-Rows = list[tuple[str, str]]
-
-#: How a stage is named in the report's rows.
-_STAGE_NAMES = {"run": "program", "score": "metric"}
-
-
-def report_rows(report: Report, *, option_flags: dict[str, str] | None = None) -> Rows:
-    """The report as (label, value) rows for a table or plain text.
-
-    ``option_flags`` maps an option's API name to the name its reader knows it by (the
-    command line's ``--execution``), for the executor lines.
-    """
-    return [
-        *_count_rows(report),
-        *_latency_rows(report),
-        *_cost_rows(report),
-        *_cache_rows(report.cache),
-        *_engine_rows(report, option_flags or {}),
-    ]
-
-
-def _count_rows(report: Report) -> Rows:
-    def mean(value: float | None) -> str:
-        return "-" if value is None else f"{value:.4f}"
-
-    resumed = f" ({report.resumed:,} from an earlier run)" if report.resumed else ""
-    rows: Rows = [("examples", f"{report.n:,}{resumed}"), ("ok", f"{report.ok:,}")]
-    for kind, count in report.errors.items():
-        rows.append((f"error: {kind}", f"{count:,} of {report.n:,}"))
-    rows.append((f"mean score (all, errors at {report.failure_score:g})", mean(report.mean_score)))
-    rows.append((f"mean score (ok, n={report.ok:,})", mean(report.mean_score_ok)))
-    for name, named in report.scores.items():
-        rows.append((f"  {name} (n={named.count:,})", f"{named.mean:.4f}"))
-    if report.repeats is not None:
-        rows.extend(repeat_rows(report.repeats))
-    return rows
-
-
-def repeat_rows(summary: RepeatSummary) -> Rows:
-    """The rows of ``run --repeat``'s variance figures (``run``'s and ``report``'s)."""
-    left = f", {summary.incomplete:,} with fewer left out" if summary.incomplete else ""
-    rows: Rows = [
-        ("repeats", f"{summary.repeats} per example ({summary.examples:,} with all{left})")
-    ]
-    if summary.mean_std is None or summary.changed is None or summary.mean is None:
-        return [*rows, ("score variance", "- (no example has a result from every repeat)")]
-    rows.append(("score std dev per example (mean)", f"{summary.mean_std:.4f}"))
-    rows.append(("examples whose score changed", f"{summary.changed:.1%}"))
-    ci = summary.mean_ci
-    interval = f" (95% CI {ci[0]:.4f} to {ci[1]:.4f} over examples)" if ci else ""
-    rows.append(("mean score over repeats", f"{summary.mean:.4f}{interval}"))
-    return rows
-
-
-def _latency_rows(report: Report) -> Rows:
-    def ms(value: float | None) -> str:
-        return "-" if value is None else f"{value:,.1f} ms" if value >= 1 else f"{value:.3f} ms"
-
-    rows: Rows = []
-    for label, lat in (("program", report.program_latency), ("metric", report.metric_latency)):
-        if lat.count:
-            rows.append(
-                (
-                    f"{label} latency p50 / p95 / p99",
-                    f"{ms(lat.p50_ms)} / {ms(lat.p95_ms)} / {ms(lat.p99_ms)}",
-                )
-            )
-    rows.append(("wall time", f"{report.wall_s:,.2f} s"))
-    if report.throughput is not None:
-        rows.append(("throughput", f"{report.throughput:,.1f} examples/s"))
-    return rows
-
-
-def _cost_rows(report: Report) -> Rows:
-    def usd(value: float | None, unmeasured: int) -> str:
-        if value is None:
-            return (
-                f"unmeasured ({unmeasured} example(s) without a known price or with "
-                "network traffic the engine did not meter; their notes say which)"
-            )
-        return f"${value:.6f}"
-
-    cache = report.cache
-
-    def headline(represented: str, now: float | None) -> str:
-        # With results from the cache, the sums are what the results cost when they were
-        # made: the headline is what was spent now, and that sum stands beside it.
-        if cache is None or not cache.cached:
-            return represented
-        spent = "unmeasured" if now is None else f"${now:.6f}"
-        return f"{spent} spent now (the results represent {represented})"
-
-    rows: Rows = []
-    if report.program_cost_measured or report.program_cost_unmeasured:
-        represented = usd(report.program_cost_usd, report.program_cost_unmeasured)
-        now = None if cache is None else cache.program_cost_spent_usd
-        rows.append(("program cost", headline(represented, now)))
-    if report.judge_llm_calls or report.judge_cost_unmeasured:
-        represented = usd(report.judge_cost_usd, report.judge_cost_unmeasured)
-        now = None if cache is None else cache.judge_cost_spent_usd
-        rows.append(("judge cost", headline(represented, now)))
-    if report.program_llm_calls or report.judge_llm_calls:
-        calls = f"{report.program_llm_calls:,} program, {report.judge_llm_calls:,} judge"
-        rows.append(("model calls", calls))
-        rows.append(("tokens in / out", f"{report.input_tokens:,} / {report.output_tokens:,}"))
-        rows.append(("429s / retries", f"{report.rate_limited:,} / {report.retries:,}"))
-    if report.budget is not None:
-        rows.append(("budget", report.budget.describe()))
-    return rows
-
-
-def _cache_rows(cache: CacheSummary | None) -> Rows:
-    if cache is None:
-        return []
-
-    def usd(value: float | None) -> str:
-        return "unmeasured" if value is None else f"${value:.6f}"
-
-    tiers = ""
-    if cache.memory_hits is not None and cache.disk_hits is not None:
-        tiers = f" (memory {cache.memory_hits:,}, disk {cache.disk_hits:,}"
-        if cache.shared:
-            tiers += f", shared in flight {cache.shared:,}"
-        tiers += ")"
-    rows: Rows = [
-        (
-            "cache",
-            f"{cache.cached:,} of {cache.requested:,} examples from the cache{tiers}, "
-            f"{cache.executed:,} executed",
-        ),
-        (
-            "cost now / represented",
-            f"{usd(cache.cost_spent_usd)} spent / {usd(cache.cost_represented_usd)}; "
-            f"saved {usd(cache.cost_saved_usd)}",
-        ),
-    ]
-    if cache.measured_kept:
-        rows.append(
-            (
-                "cached measurements",
-                "the metric scores speed or cost: cached results keep the measurements "
-                "they were scored with",
-            )
+    def _build_detail(self) -> Detail | None:
+        tally = self._detail
+        if tally is None:
+            return None
+        return Detail(
+            program_ms=self._program.distribution(),
+            program_own_ms=self._own.distribution(),
+            metric_ms=self._metric.distribution(self.n - len(self._metric.values)),
+            program_cost=tally.program_cost.distribution(self.program_cost_unmeasured),
+            judge_cost=tally.judge_cost.distribution(self.judge_cost_unmeasured),
+            error_groups=tally.groups(),
+            cost_notes=tuple(tally.notes.most_common(3)),
+            failure_scores=tuple(sorted(tally.failure_scores)),
         )
-    return rows
-
-
-def _engine_rows(report: Report, option_flags: dict[str, str]) -> Rows:
-    rows: Rows = []
-    for stage in report.executors:
-        flag = None if stage.option is None else option_flags.get(stage.option)
-        name = _STAGE_NAMES.get(stage.stage, stage.stage)
-        rows.append((f"{name} executor", stage.describe(flag)))
-    for budget in report.model_budgets:
-        rows.append(
-            (f"model budget: {budget.model} ({', '.join(budget.roles)})", budget.describe())
-        )
-    if report.abandoned_threads:
-        rows.append(("abandoned threads", f"{report.abandoned_threads:,}"))
-    if report.abandoned_tasks:
-        rows.append(("abandoned async calls", f"{report.abandoned_tasks:,}"))
-    if report.cluster is not None:
-        rows += _cluster_rows(report.cluster)
-    return rows
-
-
-def _cluster_rows(cluster: ClusterSummary) -> list[tuple[str, str]]:
-    lost = f" ({len(cluster.lost_nodes)} lost)" if cluster.lost_nodes else ""
-    rows = [
-        ("ray nodes", f"{cluster.nodes:,}{lost}"),
-        ("ray actors", f"{cluster.actors:,} ({cluster.actors_lost:,} lost)"),
-        ("ray batches / calls requeued", f"{cluster.batches:,} / {cluster.calls_requeued:,}"),
-    ]
-    rows += [(f"  {node}", f"{calls:,} calls") for node, calls in cluster.calls_by_node.items()]
-    return rows

@@ -23,9 +23,9 @@ from typing import Any
 
 import msgspec
 
+from .._stats import Distribution, ErrorGroup, RunSummary
 from ._compare import Comparison
 from ._rows import STATUS_CODES, PageRows, encode_json, encode_raw, pack
-from ._stats import Distribution, ErrorGroup, RunSummary
 
 __all__ = ["Page", "render_page"]
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from evaluator import Example
-from evaluator._report_html import build_report, write_html_report
-from evaluator._report_html._rows import encode_json, id_text
+from evaluator._report.html import build_report, write_html_report
+from evaluator._report.html._rows import encode_json, id_text
 
-from .conftest import result, write_results
+from ..conftest import result, write_results
 
 HOSTILE = (
     '</script><script>window.__pwned = 1</script><img src=x onerror="window.__pwned=2"> & <!--'

@@ -20,7 +20,13 @@ from evaluator._exceptions import (
     ResumeMismatch,
 )
 from evaluator._fingerprint import HEADER_KEY, Fingerprints, fingerprint_run
-from evaluator._store import ResultsWriter, ResumeWarning, done_ids, open_results, read_results
+from evaluator._results_file._store import (
+    ResultsWriter,
+    ResumeWarning,
+    done_ids,
+    open_results,
+    read_results,
+)
 
 
 def _results(ids: range) -> list[Result]:

@@ -1,11 +1,13 @@
 """Reading a results file for a report: every line accounted for, or an error naming it.
 
-A report is only worth looking at when its counts are the file's counts, so this reader is
-stricter than the one ``--resume`` uses (``evaluator._store``): that one may drop a torn
-last line and go on, because the run will redo the example; a report cannot redo it, so a
-torn, non-JSON or foreign line is an error that names the file and line, says what is
-wrong and how to fix it. An example id that occurs twice is an error too (two runs wrote
-one file at once): a report that counted it twice would be wrong, and one that kept either
+A report is only worth looking at when its counts are the file's counts, so it reads the
+file strictly: a whole file in one decode when it can, else line by line through the one
+line reader, ``evaluator._results_file._reader.Reader``, with ``strict=True``. Reading for
+``--resume`` may drop a torn last line and go on, because the run will redo the example;
+a report cannot redo it, so a torn, non-JSON or foreign line is an error that names the
+file and line, says what is wrong and how to fix it (``_reader.diagnose``). An example
+that occurs twice (its ``result_key``) is an error too (two runs wrote one file at once):
+a report that counted it twice would be wrong, and one that kept either
 line would be silently choosing.
 
 A results file may start with a header line, an object holding the key
@@ -23,6 +25,7 @@ itself (a later format may) keeps them.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable, Mapping
 from os import PathLike
 from pathlib import Path
@@ -32,7 +35,8 @@ import msgspec
 
 from .._call._results import Observation, Result, Usage, example_key, result_key
 from .._exceptions import ResultsFileError
-from .._fingerprint import FORMAT_VERSION, HEADER_KEY
+from .._fingerprint import HEADER_KEY
+from ._reader import Reader, check_header
 
 __all__ = [
     "ResultsFile",
@@ -43,7 +47,6 @@ __all__ = [
 ]
 
 _BOM = b"\xef\xbb\xbf"
-_SHOWN = 60  # bytes of a bad line quoted in its error
 
 
 class _Observation(Observation, frozen=True, omit_defaults=True, gc=False):
@@ -111,7 +114,6 @@ class ResultsFile(msgspec.Struct, kw_only=True):
 
 
 _decoder = msgspec.json.Decoder(_DecodedLine)
-_decode_line = _decoder.decode
 _decode_any = msgspec.json.Decoder().decode
 
 
@@ -145,7 +147,7 @@ def load_results_file(path: str | PathLike[str]) -> ResultsFile:
         sessions: list[tuple[int, dict[str, Any]]] = []
         ended = [end["ended"]] if end is not None else []
         if header is not None:
-            header = _header(name, 1, header)
+            header = check_header(name, 1, header)
     else:
         header, results, numbers, sessions, ended = _read_lines(name, data)
     if not results:
@@ -206,99 +208,24 @@ def _read_lines(
     list[tuple[int, dict[str, Any]]],
     list[dict[str, Any]],
 ]:
-    """Every line on its own: slower, but a bad line is found and named."""
-    parts = data.split(b"\n")
-    last = len(parts) - 1  # parts[last] is what follows the final newline (b"" normally)
-    results: list[Result] = []
-    numbers: list[int] = []
+    """Every line on its own, through the one line reader (:class:`Reader`, strict): slower,
+    but a bad line is found and named."""
+    reader = Reader(Path(name), strict=True, decoder=_decoder)
+    results = list(reader.iterate(io.BytesIO(data)))
+    numbers = reader.numbers
+    first = numbers[0] if numbers else None
     header: dict[str, Any] | None = None
     sessions: list[tuple[int, dict[str, Any]]] = []
     ended: list[dict[str, Any]] = []
-    for index, raw in enumerate(parts):
-        if not raw.strip():
-            continue
-        try:
-            results.append(_decode_line(raw))
-            numbers.append(index + 1)
-            continue
-        except (msgspec.DecodeError, RecursionError) as exc:
-            error: Exception = exc
-        found = _not_a_result(name, index + 1, raw, error, torn=index == last)
+    for number, found in reader.out.headers:
+        assert isinstance(found, dict)  # a strict reader keeps each header as written
         if isinstance(found.get("ended"), dict) and header is not None:
-            ended.append(_header(name, index + 1, found)["ended"])
-        elif header is None and not results and not sessions:
-            header = _header(name, index + 1, found)
+            ended.append(found["ended"])
+        elif header is None and not sessions and (first is None or number < first):
+            header = found
         else:
-            sessions.append((index + 1, _header(name, index + 1, found)))
+            sessions.append((number, found))
     return header, results, numbers, sessions, ended
-
-
-def _not_a_result(
-    path: str, number: int, raw: bytes, error: Exception, *, torn: bool
-) -> dict[str, Any]:
-    """The header object of a line that is not a result, or the error that says why not."""
-    quoted = repr(raw[:_SHOWN]) + ("..." if len(raw) > _SHOWN else "")
-    if isinstance(error, RecursionError):
-        raise ResultsFileError(
-            path,
-            number,
-            f"a value nested too deeply to read: {quoted}",
-            "a result's output or extra must be nested less deeply; delete or repair that line",
-        )
-    try:
-        value = _decode_any(raw)
-    except (msgspec.DecodeError, RecursionError):
-        if torn:
-            raise ResultsFileError(
-                path,
-                number,
-                f"the last line is cut short ({quoted}, no newline at its end): the run was "
-                "stopped mid-write, or is still writing",
-                "let the run finish, or go on with `skynet-eval run ... --resume` (which drops "
-                "that line), or delete the line",
-            ) from None
-        raise ResultsFileError(
-            path,
-            number,
-            f"not JSON ({error}): {quoted}",
-            "a results file holds one JSON object per line, as `skynet-eval run --output` "
-            "writes it; delete or repair that line",
-        ) from None
-    if isinstance(value, dict) and HEADER_KEY in value:
-        return value
-    if not isinstance(value, dict):
-        problem = f"a JSON {type(value).__name__}, not a result object: {quoted}"
-    elif "example_id" not in value or "score" not in value:
-        keys = ", ".join(repr(k) for k in list(value)[:8]) or "none"
-        problem = (
-            f"an object that is not a result (keys {keys}; a result has 'example_id' and "
-            "'score'), perhaps a dataset row or another tool's output"
-        )
-    else:
-        problem = f"a result with a bad field: {error}"
-    raise ResultsFileError(
-        path, number, problem, "pass the results file `skynet-eval run --output` wrote"
-    )
-
-
-def _header(path: str, number: int, value: dict[str, Any]) -> dict[str, Any]:
-    version = value[HEADER_KEY]
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise ResultsFileError(
-            path,
-            number,
-            f"a header whose format version {HEADER_KEY!r} is {version!r}, not a positive integer",
-            "repair or delete that line",
-        )
-    if version > FORMAT_VERSION:
-        raise ResultsFileError(
-            path,
-            number,
-            f"written by a newer skynet-eval (results format {version}; this one reads "
-            f"format {FORMAT_VERSION})",
-            "upgrade skynet-eval to report on it",
-        )
-    return value
 
 
 def _refuse_duplicates(path: str | None, results: list[Result], numbers: list[int] | None) -> None:

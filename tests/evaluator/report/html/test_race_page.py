@@ -12,7 +12,7 @@ import numpy as np
 
 from evaluator import Result
 from evaluator._race import RaceResult, run_race
-from evaluator._report_html._race import race_page, write_race_page
+from evaluator._report.html._race import race_page, write_race_page
 
 
 class MatrixReader(HTMLParser):

@@ -16,7 +16,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from .._race import RaceResult
+from ..._race import RaceResult
 from ._build import write_file
 from ._html import _asset, _card, _sha256, head, n_, pct_, score_, usd_
 

@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from evaluator._report_html import compare_results
-from evaluator._report_html._compare import pair_results, status_of
+from evaluator._report.html import compare_results
+from evaluator._report.html._compare import pair_results, status_of
 
-from .conftest import result
+from ..conftest import result
 
 
 class TestStatusOf:

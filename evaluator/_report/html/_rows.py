@@ -26,9 +26,9 @@ from typing import Any
 
 import msgspec
 
-from .._call._results import Result, example_key
+from ..._call._results import Result, example_key
+from ..._results_file._load import Joined, ReportLine
 from ._compare import Pairing, status_of
-from ._load import Joined, ReportLine
 
 __all__ = [
     "STATUS_CODES",

@@ -27,8 +27,8 @@ from typing import Literal
 
 import msgspec
 
-from .._call._results import Result, example_key
-from .._stats import bootstrap_mean_ci
+from ..._call._results import Result, example_key
+from ..._stats import bootstrap_mean_ci
 
 __all__ = [
     "Comparison",

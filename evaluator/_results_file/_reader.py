@@ -43,9 +43,9 @@ from typing import IO, Any
 
 import msgspec
 
-from ._call._results import Result, example_key, repeat_of
-from ._exceptions import NotAResultsFile, ResultsFileError
-from ._fingerprint import FORMAT_VERSION, HEADER_KEY, ResultsHeader
+from .._call._results import Result, example_key, result_key
+from .._exceptions import NotAResultsFile, ResultsFileError
+from .._fingerprint import FORMAT_VERSION, HEADER_KEY, ResultsHeader
 
 __all__ = [
     "Reader",
@@ -53,6 +53,8 @@ __all__ = [
     "ResumeWarning",
     "Torn",
     "buffered",
+    "check_header",
+    "diagnose",
     "scan",
     "torn_warning",
 ]
@@ -61,6 +63,7 @@ _result_decoder = msgspec.json.Decoder(Result)
 _any_decoder = msgspec.json.Decoder()
 RESULT_START = b'{"example_id":'
 HEADER_START = b'{"' + HEADER_KEY.encode() + b'":'
+_SHOWN = 60  # bytes of a bad line quoted in a strict reader's error
 
 
 class ResumeWarning(UserWarning):
@@ -163,6 +166,73 @@ def _classify(raw: bytes) -> Result | ResultsHeader | dict[str, Any] | None:
         return value
 
 
+def diagnose(path: str, number: int, raw: bytes, error: Exception, *, torn: bool) -> dict[str, Any]:
+    """The header object of a line that is not a result, or the error that says why not
+    (a strict reader's, for a report: the file and line, what is wrong, how to fix it)."""
+    quoted = repr(raw[:_SHOWN]) + ("..." if len(raw) > _SHOWN else "")
+    if isinstance(error, RecursionError):
+        raise ResultsFileError(
+            path,
+            number,
+            f"a value nested too deeply to read: {quoted}",
+            "a result's output or extra must be nested less deeply; delete or repair that line",
+        )
+    try:
+        value = _any_decoder.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        if torn:
+            raise ResultsFileError(
+                path,
+                number,
+                f"the last line is cut short ({quoted}, no newline at its end): the run was "
+                "stopped mid-write, or is still writing",
+                "let the run finish, or go on with `skynet-eval run ... --resume` (which drops "
+                "that line), or delete the line",
+            ) from None
+        raise ResultsFileError(
+            path,
+            number,
+            f"not JSON ({error}): {quoted}",
+            "a results file holds one JSON object per line, as `skynet-eval run --output` "
+            "writes it; delete or repair that line",
+        ) from None
+    if isinstance(value, dict) and HEADER_KEY in value:
+        return value
+    if not isinstance(value, dict):
+        problem = f"a JSON {type(value).__name__}, not a result object: {quoted}"
+    elif "example_id" not in value or "score" not in value:
+        keys = ", ".join(repr(k) for k in list(value)[:8]) or "none"
+        problem = (
+            f"an object that is not a result (keys {keys}; a result has 'example_id' and "
+            "'score'), perhaps a dataset row or another tool's output"
+        )
+    else:
+        problem = f"a result with a bad field: {error}"
+    raise ResultsFileError(
+        path, number, problem, "pass the results file `skynet-eval run --output` wrote"
+    )
+
+
+def check_header(path: str, number: int, value: dict[str, Any]) -> dict[str, Any]:
+    version = value[HEADER_KEY]
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ResultsFileError(
+            path,
+            number,
+            f"a header whose format version {HEADER_KEY!r} is {version!r}, not a positive integer",
+            "repair or delete that line",
+        )
+    if version > FORMAT_VERSION:
+        raise ResultsFileError(
+            path,
+            number,
+            f"written by a newer skynet-eval (results format {version}; this one reads "
+            f"format {FORMAT_VERSION})",
+            "upgrade skynet-eval to report on it",
+        )
+    return value
+
+
 def _looks_torn(raw: bytes, after_records: bool) -> bool:
     """Whether an unterminated last line is the start of a line the writer writes."""
     text = raw.lstrip()
@@ -218,15 +288,29 @@ def buffered(fh: IO[bytes]) -> IO[bytes]:
 
 
 class Reader:
-    """Reads one results file line by line; :attr:`out` is what it found so far."""
+    """Reads one results file line by line; :attr:`out` is what it found so far.
+
+    ``strict`` is the report's reading (:mod:`evaluator._results_file._load`): a report
+    cannot redo an example, so every line that is not a result or a header, a torn last
+    line included, raises the :class:`ResultsFileError` of :func:`diagnose`; headers are
+    kept as written (version-checked by :func:`check_header`); ``decoder`` decodes
+    result lines (a :class:`Result` subclass); :attr:`numbers` holds each result's line.
+    """
 
     def __init__(
         self,
         path: Path,
         dataset_ids: Collection[Any] | None = None,
         on_result: Callable[[Result], None] | None = None,
+        *,
+        strict: bool = False,
+        decoder: msgspec.json.Decoder[Any] | None = None,
     ) -> None:
         self.path = path
+        self.strict = strict
+        self.decoder = decoder
+        #: The line number of each result line, in file order (strict readers only).
+        self.numbers: list[int] = []
         self.out = ResultsScan(path)
         self.wanted = {example_key(i): i for i in dataset_ids} if dataset_ids is not None else None
         self.seen: set[Any] = set()
@@ -242,6 +326,9 @@ class Reader:
     def iterate(self, fh: IO[bytes]) -> Iterator[Result]:
         """Every result line of ``fh`` in file order (duplicates and foreign ones too),
         counting as it goes; raises at the first line that is refused."""
+        if self.strict:
+            yield from self._strict(fh)
+            return
         out = self.out
         offset = 0
         for number, raw in enumerate(fh, start=1):
@@ -265,6 +352,26 @@ class Reader:
             elif record is not None:
                 out.headers.append((number, record))
                 out.since_header = 0
+
+    def _strict(self, fh: IO[bytes]) -> Iterator[Result]:
+        out = self.out
+        decode = (self.decoder or _result_decoder).decode
+        name = str(self.path)
+        lines = fh.read().split(b"\n")
+        last = len(lines) - 1  # lines[last] follows the final newline (b"" normally)
+        for index, raw in enumerate(lines):
+            if not raw.strip():
+                continue
+            try:
+                record = decode(raw)
+            except (msgspec.DecodeError, RecursionError) as exc:
+                found = diagnose(name, index + 1, raw, exc, torn=index == last)
+                out.headers.append((index + 1, check_header(name, index + 1, found)))
+                continue
+            out.lines += 1
+            self.numbers.append(index + 1)
+            self._count(record)
+            yield record
 
     def _torn(self, number: int, start: int, raw: bytes, record: Any, blank: bool) -> Torn:
         out = self.out
@@ -296,14 +403,13 @@ class Reader:
 
     def _count(self, result: Result) -> None:
         out = self.out
-        key = example_key(result.example_id)
+        # One result per (id, pass): a run without repeats has only pass 0.
+        pair = result_key(result)
+        key, repeat = pair
         wanted = self.wanted
         if wanted is not None and key not in wanted:
             out.foreign += 1
             return
-        # One result per (id, pass): a run without repeats has only pass 0.
-        repeat = repeat_of(result)
-        pair = (key, repeat)
         if pair in self.seen:
             out.duplicates += 1
             return

@@ -12,9 +12,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from evaluator._report_html import write_html_report
+from evaluator._report.html import write_html_report
 
-from .conftest import result, write_results
+from ..conftest import result, write_results
 
 # A real Chromium drives the page (the mark implies slow).
 pytestmark = pytest.mark.browser
