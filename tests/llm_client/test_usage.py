@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from llm_client import ModelSettings
+from llm_client import Completion, Forwarded, ModelSettings, TokenUsage
 from llm_client._simulator._replies import (
     ChatBody,
     ResponsesBody,
@@ -160,3 +160,24 @@ class TestStripUsageChunks:
         assert all(c["choices"] for c in chunks)
         assert len(chunks) == len([e for e in with_usage.split(b"\n\n") if e]) - 2
         assert read_usage(stripped, event_stream=True) is None
+
+
+class TestTokenUsage:
+    def test_sums_and_totals(self) -> None:
+        """``+`` adds every count into a plain TokenUsage; ``total_tokens`` is in plus out."""
+        a = TokenUsage(input_tokens=10, output_tokens=4, cached_tokens=2, reasoning_tokens=1)
+        b = CallUsage(input_tokens=5, output_tokens=6, cached_tokens=0, reasoning_tokens=3)
+        total = a + b
+        assert type(total) is TokenUsage
+        assert total == TokenUsage(
+            input_tokens=15, output_tokens=10, cached_tokens=2, reasoning_tokens=4
+        )
+        assert total.total_tokens == 25
+
+    def test_replies_are_token_usages(self) -> None:
+        """Completion and Forwarded are TokenUsage values; ``.tokens`` is the counts alone."""
+        done = Completion(text="x", model="m", input_tokens=3, output_tokens=2)
+        reply = Forwarded(status=200, headers={}, body=b"", model="m", input_tokens=3)
+        for value in (done, reply):
+            assert isinstance(value, TokenUsage)
+            assert value.tokens == TokenUsage(input_tokens=3, output_tokens=value.output_tokens)
