@@ -328,7 +328,8 @@ class ModelRouter:
         self._judge: ModelClient | None = None
         self.program_meters = MeterBook()
         self.judge_meters = MeterBook()
-        self._totals = {"program": Meter(), "score": Meter()}
+        #: Each stage's usage over the whole run, by stage name (the glossary's).
+        self._totals: dict[Stage, Meter] = {"run": Meter(), "score": Meter()}
         self._failed = 0
         #: The call tokens of examples a model call of which did not fit its budget.
         self.refused: set[int] = set()
@@ -474,7 +475,7 @@ class ModelRouter:
         ``started_ns`` (``perf_counter_ns``) and ``base_url``: when and where the call went,
         for its span."""
         self._book(stage).meter(token).add(usage)
-        self._totals["program" if stage == "run" else "score"].add(usage)
+        self._totals[stage].add(usage)
         if self.telemetry is not None:
             self._show(token, stage, usage, True, started_ns, base_url)
 
@@ -486,7 +487,7 @@ class ModelRouter:
         if isinstance(error, BudgetExhaustedError):
             self.refused.add(token)
         self._book(stage).meter(token).add_failure(error)
-        self._totals["program" if stage == "run" else "score"].add_failure(error)
+        self._totals[stage].add_failure(error)
         if self.telemetry is not None:
             self._show(token, stage, error, False, started_ns, base_url)
 
@@ -504,14 +505,14 @@ class ModelRouter:
         """Call ``token`` reached the network around the metered paths (``why`` names the
         host): its cost is unmeasured, and so is every later example's of ``stage``."""
         self._book(stage).mark(token, why)
-        self._totals["program" if stage == "run" else "score"].unmeasured(why)
+        self._totals[stage].unmeasured(why)
 
     def mark_unattributed(self, stage: Stage, why: str) -> None:
         """A call of ``stage`` that no example can be charged with (a thread the user
         started, ``why`` says what): the examples of ``stage`` running now, and every
         later one, are unmeasured, and so is the stage's total."""
         self._book(stage).mark_all(why)
-        self._totals["program" if stage == "run" else "score"].unmeasured(why)
+        self._totals[stage].unmeasured(why)
 
     # -- what the gateway asks -----------------------------------------------------------
 
@@ -537,7 +538,7 @@ class ModelRouter:
         return None
 
     def statistics(self) -> ModelStatistics:
-        program, judge = self._totals["program"], self._totals["score"]
+        program, judge = self._totals["run"], self._totals["score"]
         return ModelStatistics(
             program_calls=program.calls,
             judge_calls=judge.calls,
