@@ -134,6 +134,9 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _NO_TOKENS = TokenUsage()
+# ``TokenUsage.__add__`` called as a function: the ``+`` of a reply (a subclass) first
+# looks for the subclass's reflected add, which costs as much again as the sum.
+_add_tokens = TokenUsage.__add__
 
 
 class Meter:
@@ -154,7 +157,7 @@ class Meter:
     def _count(self, calls: int, tokens: TokenUsage, part: Any) -> None:
         """Add the calls, the tokens and the counts of ``part`` (a reply or another meter)."""
         self.calls += calls
-        self.tokens = self.tokens + tokens
+        self.tokens = _add_tokens(self.tokens, tokens)
         self.queued_ms += part.queued_ms
         self.retries += part.retries
         self.rate_limited += int(part.rate_limited)

@@ -98,14 +98,15 @@ class TokenUsage(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
     def __add__(self, other: TokenUsage) -> TokenUsage:
         """The counts of both, as a plain :class:`TokenUsage`."""
-        if not isinstance(other, TokenUsage):
+        try:  # not isinstance(): on a struct type it costs as much as the sum
+            return TokenUsage(
+                input_tokens=self.input_tokens + other.input_tokens,
+                output_tokens=self.output_tokens + other.output_tokens,
+                cached_tokens=self.cached_tokens + other.cached_tokens,
+                reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            )
+        except AttributeError:
             return NotImplemented
-        return TokenUsage(
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-            cached_tokens=self.cached_tokens + other.cached_tokens,
-            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
-        )
 
 
 #: No tokens (a call that used none, or an unknown usage's counts).
