@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import msgspec
 
-from llm_client import BudgetExhaustedError, ModelConfig, Redactor, Share, Spend
+from llm_client import BudgetExhaustedError, ModelConfig, Redactor, Share, Spend, TokenUsage
 
 from ._call._context import Stage
 from ._call._results import Observation, Usage
@@ -133,48 +133,38 @@ class Budget(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
-class Meter:
-    """Usage of one example's stage, summed over its model calls."""
+_NO_TOKENS = TokenUsage()
+# ``TokenUsage.__add__`` called as a function: the ``+`` of a reply (a subclass) first
+# looks for the subclass's reflected add, which costs as much again as the sum.
+_add_tokens = TokenUsage.__add__
 
-    __slots__ = (
-        "cached_tokens",
-        "calls",
-        "cost_usd",
-        "input_tokens",
-        "notes",
-        "output_tokens",
-        "queued_ms",
-        "rate_limited",
-        "reasoning_tokens",
-        "retries",
-    )
+
+class Meter:
+    """Usage of one example's stage, summed over its model calls: the tokens as one
+    :class:`~llm_client.TokenUsage`, and the calls, cost and time beside them."""
+
+    __slots__ = ("calls", "cost_usd", "notes", "queued_ms", "rate_limited", "retries", "tokens")
 
     def __init__(self) -> None:
         self.calls = 0
-        self.input_tokens = 0
-        self.output_tokens = 0
-        self.cached_tokens = 0
-        self.reasoning_tokens = 0
+        self.tokens = _NO_TOKENS
         self.cost_usd: float | None = 0.0
         self.queued_ms = 0.0
         self.retries = 0
         self.rate_limited = 0
         self.notes: list[str] = []
 
-    def _count(self, calls: int, part: Any) -> None:
-        """Add the calls and the counts of ``part`` (a reply or another meter)."""
+    def _count(self, calls: int, tokens: TokenUsage, part: Any) -> None:
+        """Add the calls, the tokens and the counts of ``part`` (a reply or another meter)."""
         self.calls += calls
-        self.input_tokens += part.input_tokens
-        self.output_tokens += part.output_tokens
-        self.cached_tokens += part.cached_tokens
-        self.reasoning_tokens += part.reasoning_tokens
+        self.tokens = _add_tokens(self.tokens, tokens)
         self.queued_ms += part.queued_ms
         self.retries += part.retries
         self.rate_limited += int(part.rate_limited)
 
     def add(self, completion: Any) -> None:
         # A hedged call's second copy is a call too (its cost is in the completion's).
-        self._count(1 + int(getattr(completion, "hedges", 0)), completion)
+        self._count(1 + int(getattr(completion, "hedges", 0)), completion, completion)
         if completion.cost_usd is None:
             # One unpriced call makes the total unmeasured: never a silent partial sum.
             if self.cost_usd is not None:
@@ -189,7 +179,7 @@ class Meter:
     def merge(self, other: Meter) -> None:
         """Add ``other``'s usage to this one's; one unpriced call makes the cost None, and
         each note is kept once."""
-        self._count(other.calls, other)
+        self._count(other.calls, other.tokens, other)
         if other.cost_usd is None:
             self.cost_usd = None
         elif self.cost_usd is not None:
@@ -213,14 +203,15 @@ class Meter:
 
     def observation(self, duration_ms: float | None) -> Observation:
         """The program stage's observation of one example."""
+        tokens = self.tokens
         return Observation(
+            input_tokens=tokens.input_tokens,
+            output_tokens=tokens.output_tokens,
+            cached_tokens=tokens.cached_tokens,
+            reasoning_tokens=tokens.reasoning_tokens,
             duration_ms=duration_ms,
             queued_ms=self.queued_ms,
             cost_usd=self.cost_usd,
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
-            cached_tokens=self.cached_tokens,
-            reasoning_tokens=self.reasoning_tokens,
             llm_calls=self.calls,
             retries=self.retries,
             rate_limited=self.rate_limited,
@@ -229,12 +220,13 @@ class Meter:
 
     def usage(self) -> Usage:
         """The judge's usage on one example."""
+        tokens = self.tokens
         return Usage(
+            input_tokens=tokens.input_tokens,
+            output_tokens=tokens.output_tokens,
+            cached_tokens=tokens.cached_tokens,
+            reasoning_tokens=tokens.reasoning_tokens,
             llm_calls=self.calls,
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
-            cached_tokens=self.cached_tokens,
-            reasoning_tokens=self.reasoning_tokens,
             cost_usd=self.cost_usd,
             queued_ms=self.queued_ms,
             retries=self.retries,
@@ -339,7 +331,8 @@ class ModelRouter:
         self._judge: ModelClient | None = None
         self.program_meters = MeterBook()
         self.judge_meters = MeterBook()
-        self._totals = {"program": Meter(), "score": Meter()}
+        #: Each stage's usage over the whole run, by stage name (the glossary's).
+        self._totals: dict[Stage, Meter] = {"run": Meter(), "score": Meter()}
         self._failed = 0
         #: The call tokens of examples a model call of which did not fit its budget.
         self.refused: set[int] = set()
@@ -485,7 +478,7 @@ class ModelRouter:
         ``started_ns`` (``perf_counter_ns``) and ``base_url``: when and where the call went,
         for its span."""
         self._book(stage).meter(token).add(usage)
-        self._totals["program" if stage == "run" else "score"].add(usage)
+        self._totals[stage].add(usage)
         if self.telemetry is not None:
             self._show(token, stage, usage, True, started_ns, base_url)
 
@@ -497,7 +490,7 @@ class ModelRouter:
         if isinstance(error, BudgetExhaustedError):
             self.refused.add(token)
         self._book(stage).meter(token).add_failure(error)
-        self._totals["program" if stage == "run" else "score"].add_failure(error)
+        self._totals[stage].add_failure(error)
         if self.telemetry is not None:
             self._show(token, stage, error, False, started_ns, base_url)
 
@@ -515,14 +508,14 @@ class ModelRouter:
         """Call ``token`` reached the network around the metered paths (``why`` names the
         host): its cost is unmeasured, and so is every later example's of ``stage``."""
         self._book(stage).mark(token, why)
-        self._totals["program" if stage == "run" else "score"].unmeasured(why)
+        self._totals[stage].unmeasured(why)
 
     def mark_unattributed(self, stage: Stage, why: str) -> None:
         """A call of ``stage`` that no example can be charged with (a thread the user
         started, ``why`` says what): the examples of ``stage`` running now, and every
         later one, are unmeasured, and so is the stage's total."""
         self._book(stage).mark_all(why)
-        self._totals["program" if stage == "run" else "score"].unmeasured(why)
+        self._totals[stage].unmeasured(why)
 
     # -- what the gateway asks -----------------------------------------------------------
 
@@ -548,7 +541,7 @@ class ModelRouter:
         return None
 
     def statistics(self) -> ModelStatistics:
-        program, judge = self._totals["program"], self._totals["score"]
+        program, judge = self._totals["run"], self._totals["score"]
         return ModelStatistics(
             program_calls=program.calls,
             judge_calls=judge.calls,

@@ -48,6 +48,8 @@ from time import perf_counter_ns, time_ns
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from llm_client import TokenUsage
+
 if TYPE_CHECKING:
     from ._call._results import Result
 
@@ -68,6 +70,9 @@ def server_of(base_url: str) -> tuple[str | None, int | None]:
         return None, None
 
 
+_NO_TOKENS = TokenUsage()
+
+
 class CallRecord:
     """One model call as the metering path saw it, for its span."""
 
@@ -75,9 +80,7 @@ class CallRecord:
         "cost_usd",
         "ended_ns",
         "error_type",
-        "input_tokens",
         "model",
-        "output_tokens",
         "port",
         "queued_ms",
         "rate_limited",
@@ -85,14 +88,14 @@ class CallRecord:
         "server",
         "stage",
         "started_ns",
+        "tokens",
     )
 
     def __init__(self, stage: str, started_ns: int, ended_ns: int, model: str) -> None:
         self.stage, self.started_ns, self.ended_ns, self.model = stage, started_ns, ended_ns, model
         self.server: str | None = None
         self.port: int | None = None
-        self.input_tokens = 0
-        self.output_tokens = 0
+        self.tokens = _NO_TOKENS
         self.retries = 0
         self.rate_limited = 0
         self.queued_ms = 0.0
@@ -223,7 +226,7 @@ class Telemetry:
             self.calls.setdefault(token, []).append(record)
 
     def _replied(self, reply: Any, record: CallRecord, attributes: dict[str, str]) -> None:
-        record.input_tokens, record.output_tokens = reply.input_tokens, reply.output_tokens
+        record.tokens = reply.tokens
         record.queued_ms, record.cost_usd = reply.queued_ms, reply.cost_usd
         self._tokens.add(reply.input_tokens, {**attributes, "gen_ai.token.type": "input"})
         self._tokens.add(reply.output_tokens, {**attributes, "gen_ai.token.type": "output"})
@@ -345,8 +348,8 @@ class _Spans:
             if record.port is not None:
                 attributes["server.port"] = record.port
             if record.error_type is None:
-                attributes["gen_ai.usage.input_tokens"] = record.input_tokens
-                attributes["gen_ai.usage.output_tokens"] = record.output_tokens
+                attributes["gen_ai.usage.input_tokens"] = record.tokens.input_tokens
+                attributes["gen_ai.usage.output_tokens"] = record.tokens.output_tokens
                 attributes["skynet.queued_ms"] = record.queued_ms
                 attributes["skynet.cost_measured"] = record.cost_usd is not None
                 if record.cost_usd is not None:

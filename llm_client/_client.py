@@ -29,7 +29,7 @@ from ._redact import Redactor
 from ._retry import NEVER_RETRY, RetryDetails, backoff, is_retryable_status, server_wait
 from ._spend import Reservation, Spend
 from ._transports import HTTPRequest, HTTPResponse, HTTPTransport, Transport, TransportError
-from ._usage import CallUsage, read_usage, usage_of
+from ._usage import CallUsage, TokenUsage, read_usage, usage_of
 from ._wire import (
     REQUEST_OPTIONS,
     ChatRequest,
@@ -53,8 +53,9 @@ _T = TypeVar("_T")
 _Reader = Callable[[HTTPResponse], tuple["_Failure | None", "_T | None", int | None]]
 
 
-class Completion(msgspec.Struct, frozen=True, kw_only=True):
-    """One reply with what it cost.
+class Completion(TokenUsage, frozen=True, kw_only=True, gc=False):
+    """One reply with what it cost: its :class:`~llm_client.TokenUsage` (the token
+    counts, first) and the rest.
 
     ``queued_ms`` is the time spent waiting on the rate governor and the concurrency cap
     (shared pauses after a 429 included); ``latency_ms`` is the rest of the call's wall
@@ -67,10 +68,6 @@ class Completion(msgspec.Struct, frozen=True, kw_only=True):
 
     text: str
     model: str
-    input_tokens: int
-    output_tokens: int
-    cached_tokens: int = 0
-    reasoning_tokens: int = 0
     cost_usd: float | None = None
     cost_note: str | None = None
     queued_ms: float = 0.0
@@ -771,7 +768,7 @@ class ModelClient:
         cost: float | None
         note: str | None
         if usage is None:
-            usage = CallUsage(0, 0)
+            usage = CallUsage()
             cost, note = None, "the server reported no usage, so the cost is unmeasured"
         elif usage.problem is not None:
             cost, note = None, usage.problem
@@ -829,7 +826,7 @@ class ModelClient:
                 cost, note = self._prices.cost(
                     usage.input_tokens, usage.output_tokens, usage.cached_tokens
                 )
-        tokens = usage or CallUsage(0, 0, 0, 0)
+        tokens = usage or CallUsage()
         return Forwarded(
             status=response.status,
             headers=reply_headers(response.headers, final_failure=failed),
@@ -887,7 +884,7 @@ def _used(usage: CallUsage | None) -> int | None:
     none, or none that can be true."""
     if usage is None or usage.problem is not None:
         return None
-    return usage.input_tokens + usage.output_tokens
+    return usage.total_tokens
 
 
 class _CallState:

@@ -28,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-from ._usage import estimate_request, strip_usage_chunks
+from ._usage import TokenUsage, estimate_request, strip_usage_chunks
 
 __all__ = ["ForwardRequest", "Forwarded", "is_event_stream", "reply_headers"]
 
@@ -55,7 +55,7 @@ _RESPONSE_DROP = frozenset(
 _encode = msgspec.json.encode
 
 
-class Forwarded(msgspec.Struct, frozen=True, kw_only=True):
+class Forwarded(TokenUsage, frozen=True, kw_only=True, gc=True):
     """The provider's reply to a forwarded request, and what the call cost.
 
     ``status``, ``headers`` and ``body`` are the reply as the caller's SDK should read it.
@@ -71,10 +71,6 @@ class Forwarded(msgspec.Struct, frozen=True, kw_only=True):
     body: bytes
     model: str
     usage_reported: bool = False
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
-    reasoning_tokens: int = 0
     cost_usd: float | None = None
     cost_note: str | None = None
     queued_ms: float = 0.0

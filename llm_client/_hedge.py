@@ -47,6 +47,7 @@ import anyio
 import msgspec
 
 from ._exceptions import ModelConfigError
+from ._usage import TokenUsage
 
 if TYPE_CHECKING:
     from ._governor import Permit
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
 __all__ = ["Hedge", "HedgeStatistics", "Hedger", "LatencyTracker", "Raced"]
 
 _R = TypeVar("_R")
-_C = TypeVar("_C", bound=msgspec.Struct)
+_C = TypeVar("_C", bound=TokenUsage)
 
 #: Why the extra spend of a hedged call is not known when a copy was cancelled in flight.
 CANCELLED_NOTE = (
@@ -309,8 +310,7 @@ class Hedger:
             self._cancelled += 1
             changes["cost_usd"], changes["cost_note"] = None, CANCELLED_NOTE
         elif loser is not None:
-            for name in ("input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens"):
-                changes[name] = getattr(winner, name) + getattr(loser, name)
+            changes.update(msgspec.structs.asdict(winner.tokens + loser.tokens))
             cost: float | None = getattr(loser, "cost_usd", None)
             if cost is None:
                 note = getattr(loser, "cost_note", None)

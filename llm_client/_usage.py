@@ -23,13 +23,20 @@ fields, each checked: a count that cannot be true makes the call's cost unmeasur
 (``CallUsage.problem``), never a negative or absurd cost, never a clamped $0. Nothing
 here is exact about the request's size: :func:`estimate_request` is the governor's
 reservation, settled from the usage when the reply comes.
+
+:class:`TokenUsage` is the one definition of a call's token counts: every struct that
+carries them (``CallUsage`` here, ``Completion``, ``Forwarded``, the engine's
+``Observation`` and ``Usage``) is one, adding its own fields (cost, model, time...) after
+them, so their names, and the JSON and results-file fields built from them, are the same
+everywhere. This module imports nothing of the client's heavy side: the engine's call
+layer (and so every worker process) imports it without loading the model client.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 
@@ -38,6 +45,7 @@ from ._wire import estimate_tokens, responses_messages
 __all__ = [
     "MAX_TOKENS",
     "CallUsage",
+    "TokenUsage",
     "estimate_request",
     "read_usage",
     "strip_usage_chunks",
@@ -56,9 +64,57 @@ _EVENT_END = re.compile(rb"\r?\n\r?\n")
 MAX_TOKENS = 10**9
 
 
-class CallUsage(NamedTuple):
-    """Tokens of one call, in the client's terms: cached and reasoning tokens are parts of
-    ``input_tokens`` and ``output_tokens``, as :class:`~llm_client.Completion` counts them.
+class TokenUsage(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """The tokens of one model call, or of several summed (``+``).
+
+    ``cached_tokens`` are part of ``input_tokens`` and ``reasoning_tokens`` part of
+    ``output_tokens``, whichever API the counts came from (see the module docstring for
+    how each one's usage maps here). Frozen and not tracked by the garbage collector:
+    it is built for every call, and every observation and result is one.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        """Input and output tokens together (what a tokens-per-minute budget counts)."""
+        return self.input_tokens + self.output_tokens
+
+    @property
+    def tokens(self) -> TokenUsage:
+        """The token counts alone, as a plain :class:`TokenUsage` (of a struct that adds
+        cost or time to them, the counts without the rest)."""
+        if type(self) is TokenUsage:
+            return self
+        return TokenUsage(
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            cached_tokens=self.cached_tokens,
+            reasoning_tokens=self.reasoning_tokens,
+        )
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        """The counts of both, as a plain :class:`TokenUsage`."""
+        try:  # not isinstance(): on a struct type it costs as much as the sum
+            return TokenUsage(
+                input_tokens=self.input_tokens + other.input_tokens,
+                output_tokens=self.output_tokens + other.output_tokens,
+                cached_tokens=self.cached_tokens + other.cached_tokens,
+                reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            )
+        except AttributeError:
+            return NotImplemented
+
+
+#: No tokens (a call that used none, or an unknown usage's counts).
+NO_TOKENS = TokenUsage()
+
+
+class CallUsage(TokenUsage, frozen=True, kw_only=True, gc=False):
+    """The tokens one reply reports, read and checked.
 
     ``problem`` is set when the reply's usage cannot be true (a count that is negative,
     above :data:`MAX_TOKENS`, or not a JSON integer: a float, a string, a boolean, null;
@@ -67,10 +123,6 @@ class CallUsage(NamedTuple):
     never a clamped $0.
     """
 
-    input_tokens: int
-    output_tokens: int
-    cached_tokens: int = 0
-    reasoning_tokens: int = 0
     problem: str | None = None
 
 
@@ -126,7 +178,7 @@ class _Reader:
             f"the server reported usage that cannot be true ({'; '.join(problems)}), so "
             "the cost is unmeasured"
         )
-        return CallUsage(0, 0, 0, 0, why)
+        return CallUsage(problem=why)
 
 
 def _as_usage(usage: Mapping[str, Any]) -> CallUsage | None:
@@ -134,10 +186,12 @@ def _as_usage(usage: Mapping[str, Any]) -> CallUsage | None:
     if "prompt_tokens" in usage or "completion_tokens" in usage:
         return read.usage(
             CallUsage(
-                read.count(usage, "prompt_tokens"),
-                read.count(usage, "completion_tokens"),
-                read.detail(usage, "prompt_tokens_details", "cached_tokens"),
-                read.detail(usage, "completion_tokens_details", "reasoning_tokens"),
+                input_tokens=read.count(usage, "prompt_tokens"),
+                output_tokens=read.count(usage, "completion_tokens"),
+                cached_tokens=read.detail(usage, "prompt_tokens_details", "cached_tokens"),
+                reasoning_tokens=read.detail(
+                    usage, "completion_tokens_details", "reasoning_tokens"
+                ),
             )
         )
     if "input_tokens" in usage or "output_tokens" in usage:
@@ -146,10 +200,10 @@ def _as_usage(usage: Mapping[str, Any]) -> CallUsage | None:
         cached = cache_read or read.detail(usage, "input_tokens_details", "cached_tokens")
         return read.usage(
             CallUsage(
-                read.count(usage, "input_tokens") + cache_read + cache_write,
-                read.count(usage, "output_tokens"),
-                cached,
-                read.detail(usage, "output_tokens_details", "reasoning_tokens"),
+                input_tokens=read.count(usage, "input_tokens") + cache_read + cache_write,
+                output_tokens=read.count(usage, "output_tokens"),
+                cached_tokens=cached,
+                reasoning_tokens=read.detail(usage, "output_tokens_details", "reasoning_tokens"),
             )
         )
     return None

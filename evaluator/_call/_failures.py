@@ -119,7 +119,9 @@ def _llm_error_types() -> tuple[type[BaseException], tuple[type[BaseException], 
     a loaded machine) inside the failed call of a worker process could push the call
     past its timeout.
     """
-    package = sys.modules.get("llm_client")
+    # The module that defines the classes: the package itself is loaded wherever a
+    # result is (``TokenUsage``), and its lazy ``__getattr__`` would import the class.
+    package = sys.modules.get("llm_client._exceptions")
     llm_error = getattr(package, "LLMError", None)
     if llm_error is None:
         return None

@@ -19,6 +19,8 @@ from typing import Any, Literal
 import msgspec
 from msgspec.structs import astuple
 
+from llm_client import TokenUsage
+
 
 def example_key(example_id: Any) -> Any:
     """The one identity of an example id: a hashable key, equal for the same id and
@@ -74,8 +76,10 @@ class ErrorInfo(msgspec.Struct, frozen=True, gc=False):
     message: str
 
 
-class Observation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """What the engine measured while the program ran on one example.
+class Observation(TokenUsage, frozen=True, kw_only=True, gc=False):
+    """What the engine measured while the program ran on one example: the program's
+    model tokens (a :class:`~llm_client.TokenUsage`, the same field names in the
+    results file) and its time, cost and calls.
 
     Frozen: a metric sees it read-only through ``skynet.observation()``. A figure that
     could not be measured is ``None`` and ``notes`` says why.
@@ -84,10 +88,6 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     duration_ms: float | None = None
     queued_ms: float = 0.0
     cost_usd: float | None = 0.0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
-    reasoning_tokens: int = 0
     llm_calls: int = 0
     retries: int = 0
     rate_limited: int = 0
@@ -111,14 +111,11 @@ def _rebuild_observation(*values: Any) -> Observation:
     return Observation(**dict(zip(Observation.__struct_fields__, values, strict=True)))
 
 
-class Usage(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """Model usage of one stage (the judge's, for a metric), summed over its calls."""
+class Usage(TokenUsage, frozen=True, kw_only=True, gc=False):
+    """Model usage of one stage (the judge's, for a metric), summed over its calls: its
+    tokens (a :class:`~llm_client.TokenUsage`) and calls, cost and time."""
 
     llm_calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
-    reasoning_tokens: int = 0
     cost_usd: float | None = 0.0
     queued_ms: float = 0.0
     retries: int = 0

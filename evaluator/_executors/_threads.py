@@ -283,8 +283,8 @@ class ThreadExecutor(ExecutorBase):
         job = _Job(calls, self._loop)
         # Start threads lazily, as many as the calls of every submit not returned yet
         # can use, up to the bound: sized by one submit's calls, many small submits at
-        # once (one example per chunk, as a slow judge gets) shared the few threads the
-        # first one started.
+        # once (one example per chunk, as a metric slow on its judge gets) shared the
+        # few threads the first one started.
         self._outstanding += job.size
         wanted = min(self._outstanding, self.workers)
         while len(self._threads) < wanted:

@@ -230,7 +230,7 @@ class Flow:
 
     def slots(self) -> int:
         """How many calls the stages run at once between them: the parallelism to keep
-        fed. Summed, not the larger: a model-bound program and a judge metric each keep
+        fed. Summed, not the larger: a model-bound program and a metric calling its judge keep
         their own model's calls in flight at the same time, on different examples."""
         return max(1, sum(ex.parallelism for ex in (self.metric, self.program) if ex is not None))
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from evaluator._models import Meter, ModelRouter, Models
-from llm_client import LLMError, ModelConfig, Simulator, SimulatorConfig
+from llm_client import LLMError, ModelConfig, Simulator, SimulatorConfig, TokenUsage
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ class TestModelRouter:
             stats = router.statistics()
             program, judge = router.program_meters[1], router.judge_meters[2]
         assert (program.calls, judge.calls) == (2, 1)
-        assert program.input_tokens > judge.input_tokens > 0
+        assert program.tokens.input_tokens > judge.tokens.input_tokens > 0
         assert 2 not in router.program_meters and 1 not in router.judge_meters
         assert (stats.program_calls, stats.judge_calls, stats.failed_calls) == (2, 1, 0)
         assert stats.program_cost_usd is not None and stats.program_cost_usd > 0
@@ -102,7 +102,8 @@ class TestMeter:
     def test_observation_and_usage_carry_the_sums(self) -> None:
         """A meter's observation (program) and usage (judge) carry what it summed."""
         meter = Meter()
-        meter.input_tokens, meter.output_tokens, meter.calls, meter.queued_ms = 10, 5, 2, 3.0
+        meter.tokens = TokenUsage(input_tokens=10, output_tokens=5)
+        meter.calls, meter.queued_ms = 2, 3.0
         obs = meter.observation(12.5)
         assert (obs.duration_ms, obs.input_tokens, obs.llm_calls, obs.queued_ms) == (
             12.5,
@@ -118,8 +119,10 @@ class TestMeter:
         """Merging adds every count; one unmeasured cost makes the total unmeasured (never
         a partial sum), and a note repeated by two meters is kept once."""
         total, priced, unpriced = Meter(), Meter(), Meter()
-        priced.calls, priced.input_tokens, priced.cached_tokens, priced.cost_usd = 1, 7, 2, 0.5
-        unpriced.calls, unpriced.output_tokens, unpriced.reasoning_tokens = 2, 4, 3
+        priced.tokens = TokenUsage(input_tokens=7, cached_tokens=2)
+        priced.calls, priced.cost_usd = 1, 0.5
+        unpriced.tokens = TokenUsage(output_tokens=4, reasoning_tokens=3)
+        unpriced.calls = 2
         unpriced.retries, unpriced.rate_limited, unpriced.queued_ms = 1, 1, 2.5
         for meter in (priced, unpriced):
             meter.notes.append("cost not measured: routed SDK")

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from llm_client import ModelSettings
+from llm_client import Completion, Forwarded, ModelSettings, TokenUsage
 from llm_client._simulator._replies import (
     ChatBody,
     ResponsesBody,
@@ -46,7 +46,9 @@ class TestReadUsage:
                 },
             }
         ).encode()
-        assert read_usage(body, event_stream=False) == CallUsage(30, 12, 10, 4)
+        assert read_usage(body, event_stream=False) == CallUsage(
+            input_tokens=30, output_tokens=12, cached_tokens=10, reasoning_tokens=4
+        )
 
     def test_chat_stream_takes_the_usage_chunk(self) -> None:
         """In a chat stream the usage-only chunk (and not the nulls before it) counts."""
@@ -55,7 +57,12 @@ class TestReadUsage:
         )
         stream = chunk_stream("m", reply, number=1, cached=2, include_usage=True)
         usage = read_usage(stream, event_stream=True)
-        assert usage == CallUsage(reply.prompt_tokens, reply.completion_tokens, 2, 0)
+        assert usage == CallUsage(
+            input_tokens=reply.prompt_tokens,
+            output_tokens=reply.completion_tokens,
+            cached_tokens=2,
+            reasoning_tokens=0,
+        )
         plain = chunk_stream("m", reply, number=1, cached=0, include_usage=False)
         assert read_usage(plain, event_stream=True) is None
 
@@ -64,7 +71,12 @@ class TestReadUsage:
         response.completed event of a stream."""
         body = ResponsesBody(model="m", input="hello there").as_chat()
         reply = compose(body, ModelSettings(reasoning_tokens=3), pass_rate=0.5)
-        expected = CallUsage(reply.prompt_tokens, reply.completion_tokens, 0, 3)
+        expected = CallUsage(
+            input_tokens=reply.prompt_tokens,
+            output_tokens=reply.completion_tokens,
+            cached_tokens=0,
+            reasoning_tokens=3,
+        )
         plain = responses_body("m", reply, number=1, cached=0)
         assert read_usage(plain, event_stream=False) == expected
         stream = responses_stream("m", reply, number=1, cached=0)
@@ -84,7 +96,9 @@ class TestReadUsage:
                 },
             }
         ).encode()
-        assert read_usage(body, event_stream=False) == CallUsage(125, 9, 100, 0)
+        assert read_usage(body, event_stream=False) == CallUsage(
+            input_tokens=125, output_tokens=9, cached_tokens=100, reasoning_tokens=0
+        )
 
     def test_anthropic_stream_merges_message_delta(self) -> None:
         """An Anthropic stream: input tokens from message_start, output tokens from the
@@ -100,7 +114,9 @@ class TestReadUsage:
             {"type": "message_stop"},
             event_names=True,
         )
-        assert read_usage(stream, event_stream=True) == CallUsage(25, 15, 0, 0)
+        assert read_usage(stream, event_stream=True) == CallUsage(
+            input_tokens=25, output_tokens=15, cached_tokens=0, reasoning_tokens=0
+        )
 
     @pytest.mark.parametrize(
         "body", [b"", b"not json", b'{"choices": []}', b'{"usage": "n/a"}', b"[1, 2]"]
@@ -144,3 +160,24 @@ class TestStripUsageChunks:
         assert all(c["choices"] for c in chunks)
         assert len(chunks) == len([e for e in with_usage.split(b"\n\n") if e]) - 2
         assert read_usage(stripped, event_stream=True) is None
+
+
+class TestTokenUsage:
+    def test_sums_and_totals(self) -> None:
+        """``+`` adds every count into a plain TokenUsage; ``total_tokens`` is in plus out."""
+        a = TokenUsage(input_tokens=10, output_tokens=4, cached_tokens=2, reasoning_tokens=1)
+        b = CallUsage(input_tokens=5, output_tokens=6, cached_tokens=0, reasoning_tokens=3)
+        total = a + b
+        assert type(total) is TokenUsage
+        assert total == TokenUsage(
+            input_tokens=15, output_tokens=10, cached_tokens=2, reasoning_tokens=4
+        )
+        assert total.total_tokens == 25
+
+    def test_replies_are_token_usages(self) -> None:
+        """Completion and Forwarded are TokenUsage values; ``.tokens`` is the counts alone."""
+        done = Completion(text="x", model="m", input_tokens=3, output_tokens=2)
+        reply = Forwarded(status=200, headers={}, body=b"", model="m", input_tokens=3)
+        for value in (done, reply):
+            assert isinstance(value, TokenUsage)
+            assert value.tokens == TokenUsage(input_tokens=3, output_tokens=value.output_tokens)

@@ -55,7 +55,7 @@ class TestKindOf:
             "import sys\n"
             "from evaluator._call._failures import kind_of\n"
             "assert kind_of('score', ValueError('x')) == 'metric_error'\n"
-            "sys.exit(1 if 'llm_client' in sys.modules else 0)\n"
+            "sys.exit(1 if 'llm_client._client' in sys.modules else 0)\n"
         )
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr

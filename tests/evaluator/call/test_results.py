@@ -8,11 +8,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from evaluator import DatasetError, Result
+from evaluator import DatasetError, Observation, Result, Usage
 from evaluator._call._results import example_key
 from evaluator._data._dataset import examples_from_rows
 from evaluator._results_file._load import join_examples
 from evaluator._results_file._reader import scan
+from llm_client import TokenUsage
 
 
 class TestExampleKey:
@@ -41,3 +42,17 @@ class TestExampleKey:
         joined = join_examples(examples)
         assert joined[example_key(1)].input == {"q": "a"}
         assert joined[example_key("1")].input == {"q": "b"}
+
+
+class TestTokenCounts:
+    def test_observation_and_usage_are_token_usages_with_flat_fields(self) -> None:
+        """Observation and Usage are TokenUsage values whose encoded token fields keep
+        their flat names (the results file's), and round-trip."""
+        obs = Observation(duration_ms=1.0, input_tokens=3, output_tokens=2, cached_tokens=1)
+        for value in (obs, Usage(input_tokens=3, output_tokens=2, cached_tokens=1)):
+            assert isinstance(value, TokenUsage)
+            assert value.tokens == TokenUsage(input_tokens=3, output_tokens=2, cached_tokens=1)
+            fields = msgspec.json.decode(msgspec.json.encode(value))
+            assert (fields["input_tokens"], fields["cached_tokens"]) == (3, 1)
+            assert "tokens" not in fields
+        assert msgspec.json.decode(msgspec.json.encode(obs), type=Observation) == obs

@@ -9,6 +9,7 @@ from evaluator._call._results import ErrorInfo, Observation, Scored
 from evaluator._data._dataset import NO_OUTPUT, Example
 from evaluator._models import Meter
 from evaluator._pipeline import _assembly as assembly
+from llm_client import TokenUsage
 
 
 def _examples(n: int, **fields: object) -> list[Example]:
@@ -19,7 +20,7 @@ def _examples(n: int, **fields: object) -> list[Example]:
 
 def _meter(calls: int, tokens: int) -> Meter:
     meter = Meter()
-    meter.calls, meter.input_tokens, meter.cost_usd = calls, tokens, 0.5
+    meter.calls, meter.tokens, meter.cost_usd = calls, TokenUsage(input_tokens=tokens), 0.5
     return meter
 
 

@@ -180,7 +180,8 @@ def _kinds(outcomes: list[Any]) -> list[str]:
 class TestStartUp:
     def test_ready_after_loading_and_lean(self, worker: Worker) -> None:
         """A worker reports ready with its pid once the file is loaded, and its boot
-        imported neither the engine's event-loop side nor the model client."""
+        imported neither the engine's event-loop side nor the model client (of
+        ``llm_client``, only the token counts a result holds)."""
         assert worker.control() == (READY, worker.proc.pid)
         worker.batch(1, [_score(0, "modules")])
         (outcome,) = worker.results()
@@ -188,13 +189,18 @@ class TestStartUp:
         assert "evaluator._executors._process._child" in loaded
         for heavy in (
             "asyncio",
-            "llm_client",
+            "llm_client._client",
             "evaluator._pipeline",
             "evaluator._executors._process._pool",
             "evaluator._executors._process._executor",
             "evaluator._models",
         ):
             assert heavy not in loaded, loaded
+        assert {m for m in loaded if m.startswith("llm_client")} <= {
+            "llm_client",
+            "llm_client._usage",
+            "llm_client._wire",
+        }, loaded
 
     def test_a_file_that_cannot_load_is_fatal(self, tmp_path: Path) -> None:
         """A file that fails to import in the worker is reported with its cause, and the
