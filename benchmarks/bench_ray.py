@@ -5,7 +5,8 @@ Three runs, each figure a ratio from the same run (start-up reported apart):
 1. **Local**: a metric of about 2 ms of pure-Python work on N examples (2,000), on a
    local Ray instance the engine starts itself (two CPUs here), against the local
    process executor: throughput through ``Evaluator.evaluate`` (the pipeline) and
-   through one ``submit`` (the executors alone), both warm. Target: >= 0.85.
+   through one ``submit`` (the executors alone), both warm. Target: >= 0.9 through the
+   pipeline (issue 27), which should be no lower than one submit's ratio.
 2. **Two nodes**: the same run on a simulated cluster of two nodes of one CPU each
    (``ray.cluster_utils.Cluster``), with the calls each node ran.
 3. **Faults**: N examples with metric raises, hangs past the timeout and segfaults, on
@@ -160,9 +161,11 @@ async def local_run(metric: Path, n: int, repeats: int) -> None:
         f"best of {repeats}"
     )
     print(f"   pipeline: process {got['p']:,.0f} ex/s, ray {got['r']:,.0f} ex/s")
-    print(f"   throughput ray / process (pipeline):    {got['r'] / got['p']:.2f}  (target >= 0.85)")
+    print(f"   throughput ray / process (pipeline):    {got['r'] / got['p']:.2f}  (target >= 0.9)")
     print(f"   one submit: process {got['pe']:,.0f} calls/s, ray {got['re']:,.0f} calls/s")
     print(f"   throughput ray / process (one submit):  {got['re'] / got['pe']:.2f}")
+    pipeline_share = (got["r"] / got["p"]) / (got["re"] / got["pe"])
+    print(f"   pipeline ratio / one-submit ratio:      {pipeline_share:.2f}  (the flow's cost)")
     print(
         f"   start-up, apart: process {got['p_start']:.2f} s, ray {got['r_start']:.2f} s "
         f"(instance, actor, workers); pipeline batches {stats.batches_sent:,} of "

@@ -243,7 +243,13 @@ class Flow:
         so that its own FIFO queue never holds one caller's backlog ahead of another's;
         three chunks when chunks are larger (cheap calls, batched), as before."""
         parallelism = executor.parallelism if executor is not None else 1
-        return max(1, parallelism, 3 * self.chunk_size())
+        bound = max(1, parallelism, 3 * self.chunk_size())
+        if executor is not None and self.concurrency is None:
+            # An executor that asks for a backlog (Ray) is let that much in: the gate at
+            # three 20 ms chunks held its calls to a few dozen, so its batches carried
+            # what one or two chunks had (11-22 calls) whatever its own gathering did.
+            bound = max(bound, self._backlog(executor.backlog_s))
+        return bound
 
     def limit(self, size: int) -> int:
         """The examples in flight at most, with chunks of ``size``: twice the stages'
@@ -255,10 +261,15 @@ class Flow:
         backlog = max(
             (ex.backlog_s for ex in (self.metric, self.program) if ex is not None), default=0.0
         )
+        return max(bound, self._backlog(backlog))
+
+    def _backlog(self, seconds: float) -> int:
+        """``seconds`` of work as examples at the engine's measured rate (Little's law;
+        0 while the rate is unknown), at most ``MAX_BACKLOG``."""
         per = self.sizer.per_example
-        if backlog > 0 and per is not None:
-            bound = max(bound, min(MAX_BACKLOG, int(backlog / per)))
-        return bound
+        if seconds <= 0 or per is None:
+            return 0
+        return min(MAX_BACKLOG, int(seconds / per))
 
     # -- the flow ---------------------------------------------------------------------
 

@@ -73,13 +73,17 @@ TARGET_BATCH_NS = 1_000_000_000
 #: A batch carries at least this much work when there is that much pending: Ray's round
 #: trip costs a millisecond or two of CPU on the driver and on the node.
 MIN_BATCH_NS = 20_000_000
-#: A batch smaller than that waits while every member has this much work per worker.
-LOW_WATER_NS = 10_000_000
 #: Closing waits this long for the polls to end with their killed actors.
 CLOSE_POLLS_S = 10.0
 #: A piece (one submit on the node, whose outcomes come back together) carries about
 #: this much of one worker's time per worker.
 PIECE_NS = 100_000_000
+#: A batch of less than this per worker (one piece) waits, gathering small submits (the
+#: pipeline's chunks: 20 ms of the engine's time each), while its member holds...
+GATHER_NS = PIECE_NS
+#: ...this much work per worker: two pieces, so that the member's pieces, coming back
+#: one by one, dispatch again while it still has a piece's work to hide the trip behind.
+LOW_WATER_NS = 2 * PIECE_NS
 #: The work (seconds of each worker's time) the pipeline keeps queued for a Ray stage.
 BACKLOG_S = 0.5
 
@@ -179,6 +183,7 @@ class RayExecutor(ExecutorBase):
         self._timeouts = 0
         self._crashes = 0
         self._startup_s: float | None = None
+        self._dispatching = False  # a dispatch is scheduled for the submits of this tick
 
     @property
     def backlog_s(self) -> float:
@@ -281,7 +286,12 @@ class RayExecutor(ExecutorBase):
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         job = Job(list(calls), partial(_wake, future), progress)
         self._queue.add(job)
-        self._dispatch()
+        if not self._dispatching:
+            # Dispatched once the loop has run what is ready: the submits of the chunks
+            # the pipeline starts together (a run's first burst) gather into one batch
+            # rather than go out one small batch each to a member with no work yet.
+            self._dispatching = True
+            asyncio.get_running_loop().call_soon(self._deferred_dispatch)
         try:
             await future
         except asyncio.CancelledError:
@@ -291,6 +301,10 @@ class RayExecutor(ExecutorBase):
         finally:
             self._queue.discard(job)
         return job.results
+
+    def _deferred_dispatch(self) -> None:
+        self._dispatching = False
+        self._dispatch()
 
     def _dispatch(self) -> None:
         """Place batches on the members with room, while calls are pending."""
@@ -304,14 +318,18 @@ class RayExecutor(ExecutorBase):
         # A batch costs Ray a few round trips of CPU on both sides: never less work than
         # MIN_BATCH_NS in one, unless that is all there is.
         least = 1 if cost is None else int(MIN_BATCH_NS / max(cost, 1.0))
+        gather = 0 if cost is None else int(GATHER_NS / max(cost, 1.0))
         while queue.pending_count > 0:
             member = roster.roomiest(cost)
             if member is None:
                 return
             size = max(1, min(max(per_worker * member.workers, least), member.room(cost)))
-            if size < least and member.busy_ns(cost) >= LOW_WATER_NS * member.workers:
+            small = max(least, gather * member.workers)
+            if size < small and member.busy_ns(cost) >= LOW_WATER_NS * member.workers:
                 # Even the idlest member has work for a while: let small submits gather
                 # into one batch (its next outcomes dispatch again), as Nagle would.
+                # Batches of one chunk each (11-22 calls of 2 ms) cost the pipeline a
+                # tenth of the nodes' throughput in round trips (bench_ray.py).
                 return
             self._send(member, size, cost)
 

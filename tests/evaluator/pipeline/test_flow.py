@@ -156,6 +156,11 @@ class TestBounds:
             assert flow.limit(8) == max(2 * executor.parallelism, 3 * 8)  # rate unknown yet
             flow.sizer.per_example = 0.001  # a thousand examples a second
             assert flow.limit(8) == max(expected, 2 * executor.parallelism)
+            # The stage's gate lets the backlog into the executor too (at three chunks it
+            # held a Ray stage's batches to one or two chunks' calls).
+            assert flow.capacity(executor) == max(
+                executor.parallelism, 3 * flow.chunk_size(), expected if executor is ray else 0
+            )
 
     def test_concurrency_bounds_both(self, fn: UserFunction) -> None:
         """With `concurrency`, chunks and examples in flight stay within it."""

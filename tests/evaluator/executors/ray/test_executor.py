@@ -23,7 +23,7 @@ from evaluator._call._calls import Outcome, ScoreCall
 from evaluator._call._loader import UserFunction, load_function
 from evaluator._exceptions import ContractError
 from evaluator._executors._process._executor import ProcessExecutor
-from evaluator._executors._ray._executor import RayExecutor
+from evaluator._executors._ray._executor import RayExecutor, RayExecutorStatistics
 from evaluator._report import report_rows
 from llm_client import LLMError
 from tests._helpers import until
@@ -372,3 +372,29 @@ class TestEvaluator:
         assert stats.cluster is not None and stats.metric.kind == "ray"
         labels = [label for label, _ in report_rows(report)]
         assert {"ray nodes", "ray actors", "ray batches / calls requeued"} <= set(labels)
+
+    async def test_the_pipelines_small_chunks_gather_into_large_batches(
+        self, tmp_path: Path
+    ) -> None:
+        """Calls of a few milliseconds come from the pipeline in chunks of about 20 ms of
+        the engine's time (a few dozen calls); the stage's gate lets the Ray backlog in
+        and the executor gathers those chunks into batches several chunks large (one
+        chunk each, they cost a tenth of the nodes' throughput in round trips)."""
+        fn = _metric(tmp_path)
+        rows = [
+            {"id": i, "input": {"mode": "slow", "i": i, "seconds": 0.002}, "output": "a"}
+            for i in range(1500)
+        ]
+        async with Evaluator(fn.path, timeout=30, execution="ray") as ev:
+            await ev.evaluate_many(None, rows[:100])  # warm: the call's cost is measured
+            before = ev.statistics().metric
+            results = await ev.evaluate_many(None, rows[100:])
+            after = ev.statistics()
+            executor = ev._flow.metric
+        assert isinstance(before, RayExecutorStatistics)
+        assert isinstance(after.metric, RayExecutorStatistics)
+        assert isinstance(executor, RayExecutor)
+        assert [r.score for r in results] == [0.5] * 1400
+        batches = after.metric.batches_sent - before.batches_sent
+        assert 1400 / batches >= 3 * after.chunk_size, (batches, after.chunk_size)
+        _assert_nothing_left(fn, executor)
