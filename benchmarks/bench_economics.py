@@ -27,7 +27,7 @@ hedge):
   metric (``skynet.allm`` to the simulator, 5-15 ms a reply, priced at $0.50 per million
   tokens in and out) keeps 64 model calls in flight over 2,000 examples (smoke: 1,000),
   under ``Budget(usd=0.01)``, which runs out part way (64 worst cases fit in it at once),
-  20 runs (smoke: 3). Each run checks: what the simulator served, at the model's price
+  20 runs (smoke: 2 of 600). Each run checks: what the simulator served, at the model's price
   (the independent side of the books), is at most the budget; the engine's own ledger
   agrees; every example has exactly one result, scored or ``budget_exhausted``. Goals:
   spent at most the budget in 20 of 20 runs, every example one result (the exit status
@@ -270,7 +270,7 @@ async def _budget_run(metric: Path, n: int, seed: int) -> dict[str, float]:
 
 
 async def bench_budget(folder: Path, smoke: bool) -> bool:
-    runs, n = (3, 1000) if smoke else (20, 2000)
+    runs, n = (2, 600) if smoke else (20, 2000)
     (metric,) = _write(folder, judge=BUDGET_JUDGE)
     got = [await _budget_run(metric, n, seed) for seed in range(runs)]
     within = sum(r["billed"] <= BUDGET and r["ledger"] <= BUDGET for r in got)

@@ -61,16 +61,12 @@ if typing.TYPE_CHECKING:
     from ._exceptions import ResultsLocked as ResultsLocked
     from ._exceptions import ResultsWriteError as ResultsWriteError
     from ._exceptions import ResumeMismatch as ResumeMismatch
-    from ._fingerprint import Fingerprints as Fingerprints
-    from ._fingerprint import fingerprint_run as fingerprint_run
     from ._judges import JudgeRow as JudgeRow
     from ._judges import JudgesReport as JudgesReport
     from ._judges import compare_judges as compare_judges
     from ._models import Budget as Budget
     from ._models import Models as Models
     from ._models import ModelStatistics as ModelStatistics
-    from ._outpath import OutputCheck as OutputCheck
-    from ._outpath import check_output_path as check_output_path
     from ._pipeline import Evaluator as Evaluator
     from ._pipeline import EvaluatorStatistics as EvaluatorStatistics
     from ._pipeline import ResultStream as ResultStream
@@ -91,11 +87,8 @@ if typing.TYPE_CHECKING:
     from ._report.html import write_html_report as write_html_report
     from ._results_file._load import load_results_file as load_results_file
     from ._results_file._store import ResultsWriter as ResultsWriter
-    from ._results_file._store import Resumed as Resumed
     from ._results_file._store import ResumeWarning as ResumeWarning
     from ._results_file._store import open_results as open_results
-    from ._results_file._store import read_results as read_results
-    from ._storable import StoreChange as StoreChange
 
 #: Where each public name lives.
 _WHERE = {
@@ -119,16 +112,12 @@ _WHERE = {
     "ResultsLocked": "._exceptions",
     "ResultsWriteError": "._exceptions",
     "ResumeMismatch": "._exceptions",
-    "Fingerprints": "._fingerprint",
-    "fingerprint_run": "._fingerprint",
     "JudgeRow": "._judges",
     "JudgesReport": "._judges",
     "compare_judges": "._judges",
     "UserFunction": "._call._loader",
     "load_metric": "._call._loader",
     "load_program": "._call._loader",
-    "OutputCheck": "._outpath",
-    "check_output_path": "._outpath",
     "Budget": "._models",
     "Models": "._models",
     "ModelStatistics": "._models",
@@ -157,12 +146,9 @@ _WHERE = {
     "Result": "._call._results",
     "Scored": "._call._results",
     "Usage": "._call._results",
-    "StoreChange": "._storable",
     "ResultsWriter": "._results_file._store",
-    "Resumed": "._results_file._store",
     "ResumeWarning": "._results_file._store",
     "open_results": "._results_file._store",
-    "read_results": "._results_file._store",
 }
 
 __all__ = [
@@ -182,7 +168,6 @@ __all__ = [
     "Evaluator",
     "EvaluatorStatistics",
     "Example",
-    "Fingerprints",
     "InvalidReturn",
     "JudgeRow",
     "JudgesReport",
@@ -193,7 +178,6 @@ __all__ = [
     "NamedScore",
     "NotAResultsFile",
     "Observation",
-    "OutputCheck",
     "OutputPathError",
     "OutsideCallError",
     "RaceCandidate",
@@ -210,24 +194,19 @@ __all__ = [
     "ResultsWriter",
     "ResumeMismatch",
     "ResumeWarning",
-    "Resumed",
     "Scored",
     "StageExecution",
-    "StoreChange",
     "Ties",
     "Usage",
     "UserFunction",
     "check_contract",
-    "check_output_path",
     "compare_judges",
     "compare_results",
-    "fingerprint_run",
     "load_examples",
     "load_metric",
     "load_program",
     "load_results_file",
     "open_results",
-    "read_results",
     "validate_return",
     "write_html_report",
 ]

@@ -47,12 +47,11 @@ from evaluator import (
     ResultsWriteError,
     ResultsWriter,
     check_contract,
-    fingerprint_run,
     open_results,
 )
 from evaluator._cache import depends_on_measurements
 from evaluator._executors._base import fit_workers
-from evaluator._fingerprint import RunEnd
+from evaluator._fingerprint import RunEnd, fingerprint_run
 from evaluator._pipeline._assembly import check_result_count
 
 from . import _loop
