@@ -380,6 +380,7 @@ _RUNS = [
 ]
 
 
+@pytest.mark.slow  # a CLI run in a subprocess per case
 @pytest.mark.parametrize(
     ("metric", "shape", "key"),
     _RUNS,

@@ -97,6 +97,7 @@ _paths = st.one_of(
 )
 
 
+@pytest.mark.slow
 class TestAnyPath:
     @settings(
         max_examples=60,

@@ -121,6 +121,7 @@ def _cli(
 # -- 9. user modules named like the engine's packages or standard modules ---------------
 
 
+@pytest.mark.slow
 class TestShadowingModules:
     @pytest.mark.parametrize("form", ["file", "package"])
     @pytest.mark.parametrize("name", RESERVED)
@@ -263,6 +264,7 @@ THREAD_AT_IMPORT = {
 }
 
 
+@pytest.mark.slow
 class TestImportInTheEngine:
     @pytest.mark.parametrize("execution", ["process", "thread"])
     @pytest.mark.parametrize("kind", sorted(THREAD_AT_IMPORT))
@@ -538,6 +540,7 @@ def _helper(tmp: Path, *, fork_server: bool, timeout: float, modes: list[str]) -
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a child subreaper is Linux's")
+@pytest.mark.process
 class TestWhatUserCodeInherits:
     @pytest.mark.parametrize("fork_server", [True, False], ids=["forked", "spawned"])
     def test_a_pool_and_a_subprocess_in_a_metric_behave_and_end(

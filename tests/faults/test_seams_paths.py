@@ -102,6 +102,7 @@ FLAGS: dict[str, Callable[[Path, Path], list[str]]] = {
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow
 class TestEveryOutputFlag:
     @pytest.mark.parametrize("node", sorted(NODES))
     @pytest.mark.parametrize("flag", sorted(FLAGS))
@@ -179,6 +180,7 @@ class TestEveryOutputFlag:
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow
 class TestWriteHtmlReport:
     @pytest.mark.parametrize("node", sorted(NODES))
     def test_the_library_call_refuses_a_node(self, folder: Path, node: str) -> None:

@@ -351,6 +351,7 @@ async def sim() -> Any:
         yield server
 
 
+@pytest.mark.process
 class TestThreadsUnderTheSimulator:
     @pytest.mark.parametrize("execution", EXECUTIONS)
     @pytest.mark.parametrize(
@@ -467,6 +468,7 @@ class TestThreadsUnderTheSimulator:
                 assert f"127.0.0.1:{sim.port} that no metered model call made" in _notes(result)
 
 
+@pytest.mark.process
 class TestSubprocessesUnderTheSimulator:
     @pytest.mark.parametrize("execution", EXECUTIONS)
     @pytest.mark.parametrize(

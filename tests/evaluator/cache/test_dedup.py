@@ -216,6 +216,7 @@ class TestOneEvaluator:
         assert [first.cached, second.cached].count(True) == 1
 
 
+@pytest.mark.process
 class TestAcrossProcesses:
     async def test_two_cli_runs_on_one_cache_pay_once(self, tmp_path: Path, sim: Simulator) -> None:
         """Two `skynet-eval run --cache DIR` started together on one cache and one

@@ -1004,6 +1004,7 @@ def test_the_broken_row_is_a_metric_error():
 """
 
 
+@pytest.mark.slow
 class TestTheFirstHour:
     def test_a_new_users_first_hour(self, tmp_path: Path) -> None:
         """Through the command line as a user runs it (a process, from the project's

@@ -60,6 +60,7 @@ def read(path: Path) -> dict[str, Any]:
     return race
 
 
+@pytest.mark.slow
 class TestRace:
     def test_the_strong_candidate_wins_and_the_race_is_written(self, race_dir: Path) -> None:
         """Three artifacts: exit 0, the strong one wins, the others are dropped with a
@@ -149,6 +150,7 @@ def score(input, output, expected=None):
 """
 
 
+@pytest.mark.slow
 class TestRaceWithAJudge:
     def test_money_and_calls_are_counted_against_everything(self, race_dir: Path) -> None:
         """A judge on the simulator over real HTTP (priced as gpt-4o-mini): one model
@@ -213,6 +215,7 @@ class TestRaceWithAJudge:
         assert 'data-stat="budget"' in page and "budget_exhausted" in page
 
 
+@pytest.mark.slow
 class TestRaceUsage:
     @pytest.mark.parametrize(
         ("args", "words"),
