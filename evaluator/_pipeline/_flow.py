@@ -320,13 +320,23 @@ class Flow:
                 self.in_flight -= len(chunk)
                 flight.event.set()
 
+        last: int | None = None  # the size of the chunk taken before
         with unwrap_group():
             async with asyncio.TaskGroup() as tg:
                 while True:
                     size = self.chunk_size()
+                    if last is not None:
+                        # Slow start: a chunk at most twice the one before, so that the
+                        # first measurement (cheap calls: 4096 at once) does not put a
+                        # hang among the first hundred examples in a chunk of thousands.
+                        size = min(size, 2 * last)
                     limit = self.limit(size)
-                    # The user's `concurrency` bounds every example in flight.
-                    held = MAX_HELD if self.concurrency is None else 0
+                    # The user's `concurrency` bounds every example in flight. Nor is
+                    # there a held allowance before any chunk was measured: a stage's
+                    # early calls finish before its first chunk ends, and the allowance
+                    # then let in thousands of chunks of the starting size at once.
+                    measured = self.sizer.per_example is not None
+                    held = MAX_HELD if self.concurrency is None and measured else 0
                     while flight.count and not self._room(flight, size, limit, held):
                         flight.event.clear()
                         if flight.count + size > limit + held:
@@ -342,6 +352,7 @@ class Flow:
                     chunk = await source.take(size)
                     if not chunk:
                         break
+                    last = len(chunk)
                     flight.count += len(chunk)
                     self.in_flight += len(chunk)
                     busy = _Busy(flight, len(chunk))
