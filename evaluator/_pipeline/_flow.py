@@ -315,6 +315,7 @@ class Flow:
                 await emit(position, results)
             finally:
                 # Counted until emitted: a slow consumer must hold up the dispatcher.
+                busy.sent()
                 busy.expect(0)
                 flight.count -= len(chunk)
                 self.in_flight -= len(chunk)
@@ -331,12 +332,8 @@ class Flow:
                         # hang among the first hundred examples in a chunk of thousands.
                         size = min(size, 2 * last)
                     limit = self.limit(size)
-                    # The user's `concurrency` bounds every example in flight. Nor is
-                    # there a held allowance before any chunk was measured: a stage's
-                    # early calls finish before its first chunk ends, and the allowance
-                    # then let in thousands of chunks of the starting size at once.
-                    measured = self.sizer.per_example is not None
-                    held = MAX_HELD if self.concurrency is None and measured else 0
+                    # The user's `concurrency` bounds every example in flight.
+                    held = MAX_HELD if self.concurrency is None else 0
                     while flight.count and not self._room(flight, size, limit, held):
                         flight.event.clear()
                         if flight.count + size > limit + held:
@@ -366,7 +363,14 @@ class Flow:
             return False
         if flight.busy + size <= limit:
             return True
-        return held > 0 and any(ex.idle for ex in (self.program, self.metric) if ex is not None)
+        # Idle only counts once every chunk let in before has reached its executor: the
+        # dispatcher takes chunks without yielding, and a stage still looks idle while the
+        # chunks it was just given wait to run (that let in 16,384 examples at once).
+        return (
+            held > 0
+            and not flight.unsent
+            and any(ex.idle for ex in (self.program, self.metric) if ex is not None)
+        )
 
     async def chunk(
         self,
@@ -437,6 +441,8 @@ class Flow:
         if busy is not None:
             busy.expect(len(calls))
         units = await slots.acquire(share, len(calls))
+        if busy is not None:
+            busy.sent()  # nothing runs before the submit below: the executor has them
         submission = _Submission(slots, units, len(calls), busy)
         try:
             return await executor.submit(calls, submission)
@@ -569,13 +575,15 @@ def _idle(executor: Executor | None) -> bool:
 
 class _Flight:
     """Examples in flight in one evaluation (``count``: not yet emitted; ``busy``: those
-    whose calls are queued or running), and a wake-up for the dispatcher."""
+    whose calls are queued or running), the chunks not yet handed to an executor
+    (``unsent``), and a wake-up for the dispatcher."""
 
-    __slots__ = ("busy", "count", "event")
+    __slots__ = ("busy", "count", "event", "unsent")
 
     def __init__(self) -> None:
         self.count = 0
         self.busy = 0
+        self.unsent = 0
         self.event = asyncio.Event()
 
 
@@ -583,12 +591,22 @@ class _Busy:
     """One chunk's share of :attr:`_Flight.busy`: the calls of its current stage not yet
     done (all of its examples until its first stage starts)."""
 
-    __slots__ = ("flight", "n")
+    __slots__ = ("flight", "n", "unsent")
 
     def __init__(self, flight: _Flight, n: int) -> None:
         self.flight = flight
         self.n = n
+        self.unsent = True
         flight.busy += n
+        flight.unsent += 1
+
+    def sent(self) -> None:
+        """The chunk's calls are handed to an executor (or it needs none): an idle stage
+        seen from now on is idle with them."""
+        if self.unsent:
+            self.unsent = False
+            self.flight.unsent -= 1
+            self.flight.event.set()
 
     def expect(self, n: int) -> None:
         """A stage of ``n`` calls starts (0: the chunk is done)."""

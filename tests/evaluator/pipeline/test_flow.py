@@ -196,9 +196,9 @@ class TestColdStart:
     @pytest.mark.process
     async def test_chunks_grow_from_the_start_rather_than_multiply(self, fn: UserFunction) -> None:
         """Cheap calls on worker processes: each chunk is at most twice the one before,
-        and the start makes a few chunks of the starting size, not thousands (the busy
-        count's allowance for calls held up by a slow one let in 16,384 examples of them
-        before any chunk was measured: ~2,000 chunks of 8)."""
+        and the start makes a few chunks of the starting size, not thousands (an idle
+        stage, idle only because the chunks just let in had not reached it yet, let in
+        16,384 examples beyond the bound before any chunk was measured: ~2,000 of 8)."""
         sizes: list[int] = []
 
         class Recording(Flow):
