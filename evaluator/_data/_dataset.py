@@ -10,7 +10,9 @@ Ids: a string or an integer (``"2"`` and ``2`` are different ids); a row without
 with ``null`` or ``""``) gets its 0-based position. Ids are unique in a file; when a
 position meets an explicit id, the message names both rows and says to give every row an
 id. How files are read (encodings, byte-order marks, NaN, nesting) is
-:mod:`evaluator._data._datafile`'s.
+:mod:`evaluator._data._datafile`'s. :func:`read_dataset` reads a JSON Lines file of
+canonical rows whole, in a few passes in C (:func:`_bulk_read`), and any other file, or
+one with a row that read refuses, row by row, which names what is wrong.
 
 A :class:`Selection` picks some of a dataset's examples to try first: the first N, N
 drawn at random with a seed, or those with given ids; always in the dataset's order, and
@@ -19,6 +21,7 @@ recorded in a results file's header so that a resume knows what was chosen.
 
 from __future__ import annotations
 
+import codecs
 import difflib
 import hashlib
 import random
@@ -32,7 +35,17 @@ import msgspec
 
 from .._call._results import example_key
 from .._exceptions import ConfigError, DatasetError
-from ._datafile import csv_rows, json_rows, jsonl_rows, too_deep, too_deep_problem
+from ._datafile import (
+    _DEEP_BYTES,
+    _SNIFF,
+    _may_be_too_deep,
+    _skip_bom,
+    csv_rows,
+    json_rows,
+    jsonl_rows,
+    too_deep,
+    too_deep_problem,
+)
 
 __all__ = [
     "NO_OUTPUT",
@@ -324,6 +337,13 @@ def read_dataset(
     kept, the bytes hashed as they are read (a run's fingerprint needs no second read,
     and names exactly the bytes its examples came from). With a ``limit`` the rows past
     it are hashed but not parsed, as a lazy read would leave them."""
+    if selection is None or selection.sample is not None:  # every row is read
+        bulk = _bulk_read(Path(path), input_cols, id_col)
+        if bulk is not None:
+            every, sha256 = bulk
+            if selection is not None:
+                every = list(selection.select(lambda: iter(every)))
+            return DatasetRead(every, sha256)
     digest = hashlib.sha256()
     rows = load_examples(
         path, input_cols=input_cols, output_cols=output_cols, id_col=id_col, digest=digest
@@ -339,6 +359,63 @@ def read_dataset(
     finally:
         rows.close()  # a reader stopped early hashes the rest of the file as it closes
     return DatasetRead(examples, digest.hexdigest())
+
+
+class _Row(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """A canonical row as the bulk read takes it: what :func:`_canonical_example` accepts
+    without a question (no wrapped ``expected``, no unknown key, an id or none)."""
+
+    input: dict[str, Any]
+    id: str | int | None = None
+    expected: dict[str, Any] | None = None
+    output: Any = msgspec.UNSET
+
+
+_ROW_DECODER = msgspec.json.Decoder(_Row)
+#: Files up to this size are read whole by :func:`_bulk_read` (the examples are kept
+#: in memory anyway); larger ones row by row.
+_BULK_BYTES = 1 << 28
+
+
+def _bulk_read(
+    p: Path, input_cols: Sequence[str] | None, id_col: str | None
+) -> tuple[list[Example], str] | None:
+    """A JSON Lines file of canonical rows, read in a few passes in C: every line decoded
+    straight into a typed row (which checks its shape), the ids made unique by one set.
+    ``None`` when the file is anything else or any row is wrong in any way: the row by
+    row read (:func:`_load`) then reads it again and names what is wrong, where and the
+    fix, so this read needs no message of its own, and accepts only what that read
+    accepts."""
+    if input_cols or id_col is not None or p.suffix.lower() not in (".jsonl", ".ndjson"):
+        return None
+    try:
+        if not p.is_file() or p.stat().st_size > _BULK_BYTES:
+            return None
+        data = p.read_bytes()
+    except OSError:
+        return None
+    sha256 = hashlib.sha256(data).hexdigest()
+    data = data[_skip_bom(p, data[:_SNIFF]) :]  # refuses UTF-16 and -32 as the rows' read does
+    if codecs.BOM_UTF8 in data:
+        return None  # files joined with their marks: the row reader's case
+    lines = [raw for raw in data.split(b"\n") if raw and not raw.isspace()]
+    if any(_may_be_too_deep(raw) for raw in lines if len(raw) >= _DEEP_BYTES):
+        return None
+    try:
+        rows = list(map(_ROW_DECODER.decode, lines))
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    ids = [
+        position if row.id is None or row.id == "" else row.id for position, row in enumerate(rows)
+    ]
+    # str | int only (no bool): equal as Python values exactly when example_key is equal.
+    if len(set(ids)) != len(ids):
+        return None
+    examples = [
+        Example(id=i, input=row.input, expected=row.expected, output=row.output)
+        for i, row in zip(ids, rows, strict=True)
+    ]
+    return examples, sha256
 
 
 _READERS: dict[str, Callable[[Path, Any], Generator[tuple[int | None, Any], None, None]]] = {

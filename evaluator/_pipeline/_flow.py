@@ -315,15 +315,22 @@ class Flow:
                 await emit(position, results)
             finally:
                 # Counted until emitted: a slow consumer must hold up the dispatcher.
+                busy.sent()
                 busy.expect(0)
                 flight.count -= len(chunk)
                 self.in_flight -= len(chunk)
                 flight.event.set()
 
+        last: int | None = None  # the size of the chunk taken before
         with unwrap_group():
             async with asyncio.TaskGroup() as tg:
                 while True:
                     size = self.chunk_size()
+                    if last is not None:
+                        # Slow start: a chunk at most twice the one before, so that the
+                        # first measurement (cheap calls: 4096 at once) does not put a
+                        # hang among the first hundred examples in a chunk of thousands.
+                        size = min(size, 2 * last)
                     limit = self.limit(size)
                     # The user's `concurrency` bounds every example in flight.
                     held = MAX_HELD if self.concurrency is None else 0
@@ -342,6 +349,7 @@ class Flow:
                     chunk = await source.take(size)
                     if not chunk:
                         break
+                    last = len(chunk)
                     flight.count += len(chunk)
                     self.in_flight += len(chunk)
                     busy = _Busy(flight, len(chunk))
@@ -355,7 +363,14 @@ class Flow:
             return False
         if flight.busy + size <= limit:
             return True
-        return held > 0 and any(ex.idle for ex in (self.program, self.metric) if ex is not None)
+        # Idle only counts once every chunk let in before has reached its executor: the
+        # dispatcher takes chunks without yielding, and a stage still looks idle while the
+        # chunks it was just given wait to run (that let in 16,384 examples at once).
+        return (
+            held > 0
+            and not flight.unsent
+            and any(ex.idle for ex in (self.program, self.metric) if ex is not None)
+        )
 
     async def chunk(
         self,
@@ -426,6 +441,8 @@ class Flow:
         if busy is not None:
             busy.expect(len(calls))
         units = await slots.acquire(share, len(calls))
+        if busy is not None:
+            busy.sent()  # nothing runs before the submit below: the executor has them
         submission = _Submission(slots, units, len(calls), busy)
         try:
             return await executor.submit(calls, submission)
@@ -558,13 +575,15 @@ def _idle(executor: Executor | None) -> bool:
 
 class _Flight:
     """Examples in flight in one evaluation (``count``: not yet emitted; ``busy``: those
-    whose calls are queued or running), and a wake-up for the dispatcher."""
+    whose calls are queued or running), the chunks not yet handed to an executor
+    (``unsent``), and a wake-up for the dispatcher."""
 
-    __slots__ = ("busy", "count", "event")
+    __slots__ = ("busy", "count", "event", "unsent")
 
     def __init__(self) -> None:
         self.count = 0
         self.busy = 0
+        self.unsent = 0
         self.event = asyncio.Event()
 
 
@@ -572,12 +591,22 @@ class _Busy:
     """One chunk's share of :attr:`_Flight.busy`: the calls of its current stage not yet
     done (all of its examples until its first stage starts)."""
 
-    __slots__ = ("flight", "n")
+    __slots__ = ("flight", "n", "unsent")
 
     def __init__(self, flight: _Flight, n: int) -> None:
         self.flight = flight
         self.n = n
+        self.unsent = True
         flight.busy += n
+        flight.unsent += 1
+
+    def sent(self) -> None:
+        """The chunk's calls are handed to an executor (or it needs none): an idle stage
+        seen from now on is idle with them."""
+        if self.unsent:
+            self.unsent = False
+            self.flight.unsent -= 1
+            self.flight.event.set()
 
     def expect(self, n: int) -> None:
         """A stage of ``n`` calls starts (0: the chunk is done)."""

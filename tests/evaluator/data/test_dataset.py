@@ -340,6 +340,63 @@ class TestReadDataset:
         assert len(read.examples) == 2 and path.stat().st_size > 1 << 20
         assert read.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
 
+    def test_every_canonical_row_reads_as_row_by_row(self, tmp_path: Path) -> None:
+        """The whole-file read of canonical JSON Lines gives what the row by row read
+        gives: ids given, absent, null or empty (then positions), strings apart from
+        integers, expected and output present, null or absent, blank and CRLF lines, a
+        leading byte-order mark."""
+        lines = [
+            '{"id": "a", "input": {"q": 1}, "expected": {"x": [1, {"y": null}]}}',
+            '{"input": {"q": 2}, "output": null}',
+            "",
+            '{"id": null, "input": {}, "expected": null, "output": {"o": 1}}\r',
+            '{"id": "", "input": {"q": "\u00e9"}}',
+            "   ",
+            '{"id": "2", "input": {}}',
+            '{"id": 7, "output": "x", "input": {}}',
+        ]
+        path = tmp_path / "d.jsonl"
+        path.write_bytes(b"\xef\xbb\xbf" + "\n".join(lines).encode() + b"\n")
+        expected = list(load_examples(path))
+        read = read_dataset(path)
+        assert read.examples == expected
+        assert [ex.id for ex in read.examples] == ["a", 1, 2, 3, "2", 7]
+        assert [type(ex.id) for ex in read.examples] == [type(ex.id) for ex in expected]
+        assert read.examples[1].output is None and read.examples[0].output is NO_OUTPUT
+        assert read.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            '{"id": 1, "input": {}}',  # a duplicate of line 1's id
+            '{"input": {}}',  # its position 2 meets line 1's explicit id... of 2
+            '{"id": 1.5, "input": {}}',
+            '{"id": true, "input": {}}',
+            '{"input": []}',
+            '{"input": {}, "expected": 3}',
+            '{"input": {}, "other": 1}',
+            '{"q": 1}',
+            "[1]",
+            '{"input": {"a": NaN}}',
+            '{"input": {}} {"input": {}}',
+            '{"input": {"a": "\\ud800"}}',
+            "\ufeff" + '{"id": 1, "input": {}}',
+            "{broken",
+        ],
+    )
+    def test_a_bad_row_is_named_as_row_by_row(self, tmp_path: Path, bad: str) -> None:
+        """A bad row among good ones, past the first: the whole-file read refuses it with
+        the row by row read's own message (file, line, problem, fix)."""
+        path = tmp_path / "d.jsonl"
+        good = ['{"id": 1, "input": {}}', '{"id": 2, "input": {}}']
+        path.write_text("\n".join([*good, bad, '{"id": 9, "input": {}}']) + "\n")
+        with pytest.raises(DatasetError) as row_by_row:
+            list(load_examples(path))
+        with pytest.raises(DatasetError) as whole:
+            read_dataset(path)
+        assert str(whole.value) == str(row_by_row.value)
+        assert ":3" in str(whole.value) or "line 3" in str(whole.value)
+
     def test_a_sample_reads_the_file_once(self, tmp_path: Path, opens_of: Any) -> None:
         """A sample counts the rows and takes some from the one read."""
         path = jsonl(tmp_path / "d.jsonl", [{"input": {"q": i}} for i in range(50)])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +192,29 @@ class TestColdStart:
             assert flow.sizer.per_example is None and flow.sizer.size == START_CHUNK
             await flow.chunk(None, examples, 3)  # 10 µs for 3: cheap calls
             assert flow.sizer.size > START_CHUNK
+
+    @pytest.mark.process
+    async def test_chunks_grow_from_the_start_rather_than_multiply(self, fn: UserFunction) -> None:
+        """Cheap calls on worker processes: each chunk is at most twice the one before,
+        and the start makes a few chunks of the starting size, not thousands (an idle
+        stage, idle only because the chunks just let in had not reached it yet, let in
+        16,384 examples beyond the bound before any chunk was measured: ~2,000 of 8)."""
+        sizes: list[int] = []
+
+        class Recording(Flow):
+            async def chunk(self, artifact: Any, examples: list[Example], *a: Any, **k: Any) -> Any:
+                sizes.append(len(examples))
+                return await super().chunk(artifact, examples, *a, **k)
+
+        flow = Recording(0.0, None)
+        options = ExecutorOptions(timeout=5, workers=2)
+        async with open_executor(fn, "score", "process", options) as ex:
+            flow.attach(ex, None, ModelRouter(None))
+            rows = [Example(id=i, input={}, output="a") for i in range(20_000)]
+            results = await flow.collect(None, rows)
+        assert [r.example_id for r in results] == list(range(20_000))
+        assert all(after <= 2 * before for before, after in pairwise(sizes))
+        assert sizes.count(START_CHUNK) <= 32, sizes[:40]
 
 
 HANG_AT_100 = """
