@@ -80,3 +80,22 @@ class TestSameAsADict:
         assert take(seen, chunks) is None
         assert len(seen._runs) == SeenIds.MAX_RUNS and len(seen._other) == 15
         assert take(seen, [[(SeenIds.MAX_RUNS + 1) * 10 + 2]]) is not None
+
+    def test_other_ids_keep_their_positions_beside_the_dict(self) -> None:
+        """Ids that do not run keep no int object for their position: an array beside
+        the dict, in the order taken; a lookup (only for a repeat's error) finds it."""
+        seen = SeenIds()
+        assert take(seen, [["a", "b"], [7, 3], ["c"]]) is None
+        assert list(seen._other) == ["a", "b", 7, 3, "c"]
+        assert list(seen._positions) == list(range(5))
+        assert seen["c"] == 4 and seen[3] == 3 and dict(seen.items()) == dict(seen)
+
+    def test_an_update_over_ids_taken_is_a_dicts(self) -> None:
+        """``update`` and item assignment over ids already there change their positions,
+        as a dict's (the check never does; the mapping stays a mapping)."""
+        seen, reference = SeenIds(), dict[Any, int]()
+        for mapping in (seen, reference):
+            mapping.update({"a": 0, "b": 1})
+            mapping.update({"b": 5, "c": 6})
+            mapping["a"] = 9
+        assert dict(seen) == reference and list(seen) == list(reference)
