@@ -9,6 +9,7 @@ import pytest
 
 from evaluator import DatasetError
 from evaluator._data._dataset import Example, check_unique_ids
+from evaluator._pipeline._flow import Source
 from evaluator._pipeline._seen_ids import SeenIds
 
 
@@ -99,3 +100,27 @@ class TestSameAsADict:
             mapping.update({"b": 5, "c": 6})
             mapping["a"] = 9
         assert dict(seen) == reference and list(seen) == list(reference)
+
+
+class TestASource:
+    async def test_rows_without_ids_keep_one_run(self) -> None:
+        """A stream of rows without ids (positions as ids) keeps one run whatever its
+        length: what lets streaming hold its memory flat (bench_pipeline section 2)."""
+        rows = ({"input": {"q": i}, "output": "a"} for i in range(10_000))
+        source = Source(rows)
+        sizes = [len(await source.take(n)) for n in (1, 999, 4096, 4096, 4096)]
+        assert sizes == [1, 999, 4096, 4096, 808]
+        assert isinstance(source._ids, SeenIds)
+        assert source._ids._runs == [[0, 0, 10_000]] and not source._ids._other
+
+    async def test_a_repeat_after_a_run_is_refused(self) -> None:
+        """The run still refuses a repeat, naming both positions."""
+        source = Source(
+            [
+                *({"id": i, "input": {}, "output": "a"} for i in range(50)),
+                {"id": 7, "input": {}, "output": "a"},
+            ]
+        )
+        await source.take(50)
+        with pytest.raises(DatasetError, match="id 7 twice, at positions 7 and 50"):
+            await source.take(10)
