@@ -53,6 +53,7 @@ from .._models import ModelRouter
 from .._telemetry import Telemetry
 from . import _assembly as assembly
 from ._scheduler import FairSlots, TenantBook
+from ._seen_ids import SeenIds
 
 __all__ = ["MAX_CHUNK", "Flow", "ResultStream", "Sizer", "Source"]
 
@@ -133,8 +134,9 @@ class Source:
     def __init__(
         self, examples: Iterable[Any] | AsyncIterable[Any], *, unique_ids: bool = True
     ) -> None:
-        #: The ids taken so far and their positions (None: repeats allowed).
-        self._ids: dict[Any, int] | None = {} if unique_ids else None
+        #: The ids taken so far and their positions (None: repeats allowed); runs of
+        #: consecutive int ids in O(1) memory, so that streaming does not grow with them.
+        self._ids: SeenIds | None = SeenIds() if unique_ids else None
         self._iter: Iterator[Any] | None = None
         self._aiter: AsyncIterator[Any] | None = None
         if isinstance(examples, AsyncIterable):
@@ -171,7 +173,8 @@ class Source:
                         row, start + i, input_cols=None, output_cols=None, path=None, line=None
                     )
         if self._ids is not None and rows:
-            check_unique_ids(self._ids, rows, start)
+            # A mapping as the dict it asks for: keys().isdisjoint, update, setdefault.
+            check_unique_ids(cast(dict[Any, int], self._ids), rows, start)
         return rows
 
 
