@@ -165,6 +165,7 @@ class TestHedgedCalls:
                 assert client.statistics().in_flight == 0
                 assert _others() == set()
 
+    @pytest.mark.slow  # a heavy-tailed latency, waited out on the real clock
     async def test_first_answer_wins_against_the_tail(self, make_sim: Any) -> None:
         """With a seeded tail, hedges overtake slow first copies: the hedge's answer is
         returned before the slow copy's, the slow copy is cancelled, nothing is left."""

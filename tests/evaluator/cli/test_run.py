@@ -293,6 +293,7 @@ class TestJudgeMetric:
         assert {r["score"] for r in rows} == {0.0, 1.0}
         assert all(r["feedback"].startswith(("PASS", "FAIL")) for r in rows)
 
+    @pytest.mark.slow  # a CLI run against a heavy-tailed simulator
     def test_hedge_on_the_metric_model(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
