@@ -25,7 +25,7 @@ import codecs
 import difflib
 import hashlib
 import random
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -231,7 +231,7 @@ class _Duplicate(Exception):
     """A duplicate id, before it is placed in its file."""
 
 
-def check_unique_ids(seen: dict[Any, int], examples: list[Example], start: int) -> None:
+def check_unique_ids(seen: MutableMapping[Any, int], examples: list[Example], start: int) -> None:
     """Refuses an id already ``seen`` (id -> position) or repeated in ``examples`` (those
     at positions ``start ..``), naming the id, both positions and the parameter: the
     library's ``examples``, as :class:`_Unique` is the files'. One dict update in C per

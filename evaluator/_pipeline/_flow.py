@@ -173,8 +173,7 @@ class Source:
                         row, start + i, input_cols=None, output_cols=None, path=None, line=None
                     )
         if self._ids is not None and rows:
-            # A mapping as the dict it asks for: keys().isdisjoint, update, setdefault.
-            check_unique_ids(cast(dict[Any, int], self._ids), rows, start)
+            check_unique_ids(self._ids, rows, start)
         return rows
 
 
