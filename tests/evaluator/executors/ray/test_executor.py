@@ -23,7 +23,7 @@ from evaluator._call._calls import Outcome, ScoreCall
 from evaluator._call._loader import UserFunction, load_function
 from evaluator._exceptions import ContractError
 from evaluator._executors._process._executor import ProcessExecutor
-from evaluator._executors._ray._executor import RayExecutor, RayExecutorStatistics
+from evaluator._executors._ray._executor import RayExecutor
 from evaluator._report import report_rows
 from llm_client import LLMError
 from tests._helpers import until
@@ -56,6 +56,10 @@ def score(input, output, expected=None):
     if mode == "slow":
         time.sleep(input.get("seconds", 0.05))
         return 0.5, {"feedback": "slow"}
+    if mode == "gate":
+        while not os.path.exists(input["gate"]):  # held until the test opens the gate
+            time.sleep(0.002)
+        return 0.5, {"feedback": "gated"}
     if mode == "hang":
         time.sleep(1000)
     if mode == "exit":
@@ -373,30 +377,46 @@ class TestEvaluator:
         labels = [label for label, _ in report_rows(report)]
         assert {"ray nodes", "ray actors", "ray batches / calls requeued"} <= set(labels)
 
-    async def test_the_pipelines_small_chunks_gather_into_large_batches(
-        self, tmp_path: Path
-    ) -> None:
-        """Calls of a few milliseconds come from the pipeline in chunks of about 20 ms of
-        the engine's time (a few dozen calls); the stage's gate lets the Ray backlog in
-        and the executor gathers those chunks into batches several chunks large (one
-        chunk each, they cost a tenth of the nodes' throughput in round trips)."""
+    async def test_small_submits_wait_for_busy_nodes_and_go_together(self, tmp_path: Path) -> None:
+        """The pipeline's chunks are small (20 ms of the engine's time: a few calls of a
+        few milliseconds). While every node holds two pieces of work or more, a submit
+        smaller than a piece a worker waits, as Nagle would, instead of going out as a
+        batch of its own (a round trip each costs the nodes a tenth of their throughput,
+        bench_ray.py); when the nodes' work comes back, the waiting submits go together.
+
+        Ordered by the executor's own state, not by time: the held calls wait on a file."""
         fn = _metric(tmp_path)
-        rows = [
-            {"id": i, "input": {"mode": "slow", "i": i, "seconds": 0.002}, "output": "a"}
-            for i in range(1500)
-        ]
-        async with Evaluator(fn.path, timeout=30, execution="ray") as ev:
-            await ev.evaluate_many(None, rows[:100])  # warm: the call's cost is measured
-            before = ev.statistics().metric
-            results = await ev.evaluate_many(None, rows[100:])
-            after = ev.statistics()
-            executor = ev._flow.metric
-        assert isinstance(before, RayExecutorStatistics)
-        assert isinstance(after.metric, RayExecutorStatistics)
-        assert isinstance(executor, RayExecutor)
-        assert [r.score for r in results] == [0.5] * 1400
-        batches = after.metric.batches_sent - before.batches_sent
-        # One chunk a batch before; several when gathered (2: under a loaded suite the
-        # gathering has measured 2.5 chunks a batch, alone 3 and more).
-        assert 1400 / batches >= 2 * after.chunk_size, (batches, after.chunk_size)
-        _assert_nothing_left(fn, executor)
+        gate = tmp_path / "gate"
+        async with RayExecutor(fn, "score", timeout=30) as ex:
+            for warm in range(2):  # the call's cost is measured: about 10 ms
+                await ex.submit([_call(100 * warm + i, "slow", seconds=0.01) for i in range(20)])
+            queue = ex._queue
+
+            def dispatched(pending: int) -> bool:
+                return queue.pending_count == pending and not ex._dispatching
+
+            held = asyncio.create_task(
+                ex.submit([_call(1000 + i, "gate", gate=str(gate)) for i in range(60)])
+            )
+            await until(
+                lambda: dispatched(0) and sum(m.in_flight for m in ex._roster.ready()) == 60,
+                "the held calls are on the nodes",
+            )
+            busy = ex.statistics()
+            assert [m.in_flight for m in ex._roster.ready()] == [30, 30]  # 300 ms each
+            small = []
+            for i in range(3):
+                call = _call(2000 + i, "slow", seconds=0.01)
+                small.append(asyncio.create_task(ex.submit([call])))
+                await asyncio.sleep(0)  # the submit runs up to its wait: its call is queued
+                await until(lambda: not ex._dispatching, "the small submit was dispatched")
+                assert queue.pending_count == i + 1, "a small submit went out on its own"
+            assert ex.statistics().batches_sent == busy.batches_sent  # all three wait
+            gate.touch()
+            outcomes = await held
+            smalls = await asyncio.gather(*small)
+            after = ex.statistics()
+        assert [o.value.score for o in outcomes] == [0.5] * 60
+        assert [[o.value.score for o in s] for s in smalls] == [[0.5]] * 3
+        assert after.batches_sent - busy.batches_sent < 3, after  # gathered, not one each
+        _assert_nothing_left(fn, ex)
