@@ -8,7 +8,10 @@ engine. Its
 :meth:`NodeBoot.boot` extracts the bundle (``_ship.py``) to a folder of its own, puts the
 shipped packages first on ``sys.path`` (its worker processes inherit that path), then
 imports the engine's :class:`~evaluator._executors._ray._actor.NodeActor` from there and
-delegates every call to it. :meth:`NodeBoot.close` removes the folder.
+delegates every call to it. :meth:`NodeBoot.close` removes the folder. An actor killed
+before it could close (a lost node, ``ray.kill``, a cluster shut down under it) leaves
+its folder: the folder is named by the actor's pid, and each boot on that machine
+removes the folders of actors that are gone.
 
 Arguments stay plain (a dict, bytes): Ray unpickles a call's arguments before the method
 runs, and an engine struct would need the engine importable before the bundle is
@@ -29,6 +32,8 @@ __all__ = ["NodeBoot", "portable"]
 
 #: The module name of :func:`portable`'s copy: importable nowhere, so pickled by value.
 PORTABLE_MODULE = "skynet_eval_node_boot"
+#: A node actor's folder is ``<temp dir>/<FOLDER_PREFIX><its pid>-<random>``.
+FOLDER_PREFIX = "skynet-eval-node-"
 
 
 class NodeBoot:
@@ -75,11 +80,37 @@ class NodeBoot:
 
 def _unpack(bundle: bytes) -> tuple[str, str | None]:
     """Extract the bundle to a new folder: the folder, and the user's files in it."""
-    folder = tempfile.mkdtemp(prefix="skynet-eval-node-")
+    remove_orphans(tempfile.gettempdir())
+    folder = tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-")
     with zipfile.ZipFile(io.BytesIO(bundle)) as archive:
         archive.extractall(folder)
     user = os.path.join(folder, "user")
     return folder, user if os.path.isdir(user) else None
+
+
+def remove_orphans(temp: str) -> list[str]:
+    """Remove the folders of node actors whose process is gone; the folders removed.
+
+    A pid taken again by another process keeps its folder (it is only removed later):
+    never a folder of an actor that may still be running."""
+    removed: list[str] = []
+    try:
+        names = os.listdir(temp)
+    except OSError:
+        return removed
+    for name in names:
+        pid, sep, _ = name.removeprefix(FOLDER_PREFIX).partition("-")
+        if not name.startswith(FOLDER_PREFIX) or not sep or not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            path = os.path.join(temp, name)
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        except OSError:
+            continue  # alive under another user (EPERM), or not ours to judge
+    return removed
 
 
 def portable() -> type:

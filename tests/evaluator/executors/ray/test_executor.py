@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from evaluator._call._calls import Outcome, ScoreCall
 from evaluator._call._loader import UserFunction, load_function
 from evaluator._exceptions import ContractError
 from evaluator._executors._process._executor import ProcessExecutor
+from evaluator._executors._ray._boot import FOLDER_PREFIX, remove_orphans
 from evaluator._executors._ray._executor import RayExecutor
 from evaluator._report import report_rows
 from llm_client import LLMError
@@ -100,12 +102,25 @@ def _gone(pid: int) -> bool:
 
 
 def _assert_nothing_left(fn: UserFunction, ex: RayExecutor) -> None:
-    """No actor of ``ex`` and no worker process that ran ``fn`` is alive."""
+    """No actor of ``ex`` and no worker process that ran ``fn`` is alive, and no actor's
+    folder is left: a closed actor removed its own, a killed actor's goes with the next
+    boot on the machine (which removes the folders of actors that are gone)."""
     pids = _pids(fn) | {m.pid for m in ex._roster.every if m.pid}
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not all(_gone(pid) for pid in pids):
         time.sleep(0.05)
     assert [pid for pid in pids if not _gone(pid)] == []
+    temp = Path(tempfile.gettempdir())
+
+    def folders(members: list[Any]) -> list[Path]:
+        return [p for m in members for p in temp.glob(f"{FOLDER_PREFIX}{m.pid}-*")]
+
+    actors = [m for m in ex._roster.every if m.pid]
+    stats = ex.statistics()
+    if stats.actors_lost == 0 and not stats.lost_nodes:
+        assert folders(actors) == []  # every actor closed and removed its own
+    remove_orphans(str(temp))  # what the next boot does
+    assert folders(actors) == []
 
 
 class TestResults:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -10,6 +13,7 @@ import pytest
 
 from evaluator._call._loader import load_function
 from evaluator._exceptions import ConfigError
+from evaluator._executors._ray._boot import FOLDER_PREFIX, remove_orphans
 from evaluator._executors._ray._ship import MAX_FOLDER_BYTES, PACKAGES, bundle
 
 METRIC = "def score(input, output, expected=None):\n    return 1.0, {'feedback': ''}\n"
@@ -52,3 +56,27 @@ def test_a_folder_too_large_to_ship_is_refused(tmp_path: Path) -> None:
     message = str(caught.value)
     assert str(tmp_path) in message and "more than 100 MB" in message
     assert "folder of their own" in message
+
+
+def test_a_gone_actors_folder_is_removed_and_no_other(tmp_path: Path) -> None:
+    """A node actor killed before it could close leaves its folder; the next boot removes
+    the folders whose actor process is gone, never a live one's nor anything else."""
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dead = int(child.stdout)  # reaped: no such process now
+    names = [
+        f"{FOLDER_PREFIX}{dead}-abc",  # a killed actor's
+        f"{FOLDER_PREFIX}{os.getpid()}-def",  # a running actor's
+        f"{FOLDER_PREFIX}old_name",  # not named by a pid: not ours to judge
+        "someone-else",
+    ]
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "file").write_text("x")
+    assert remove_orphans(str(tmp_path)) == [str(tmp_path / names[0])]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[1:])
+    assert remove_orphans(str(tmp_path / "missing")) == []
