@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import io
+import os
 import re
 import tokenize
 from collections.abc import Iterator
@@ -64,15 +65,26 @@ def _line(text: str, offset: int) -> int:
 
 
 def python_texts(source: str) -> Iterator[tuple[int, str]]:
-    """(first line, text) of each docstring and comment of a Python source."""
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
+    """(first line, text) of each docstring and comment of a Python source that may name
+    a path: a source whose lines name none is not parsed, one whose lines that name a
+    path hold no ``#`` is not tokenized."""
+    lines = source.split("\n")
+    named = [number for number, line in enumerate(lines, 1) if _PATH.search(line)]
+    if not named:
+        return
+    todo: list[ast.AST] = [ast.parse(source)]
+    while todo:  # statements only: a docstring is never inside an expression
+        node = todo.pop()
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             body = node.body
             if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
                 value = body[0].value.value
                 if isinstance(value, str):
                     yield body[0].lineno, value
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            todo += [child for child in getattr(node, field, ()) if isinstance(child, ast.AST)]
+    if not any("#" in lines[number - 1] for number in named):
+        return
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT:
             yield tok.start[0], tok.string
@@ -121,10 +133,13 @@ def anchors(page: Path) -> set[str]:
 
 
 def _files(root: Path, suffix: str) -> Iterator[Path]:
-    for path in sorted(root.rglob(f"*{suffix}")):
-        parts = path.relative_to(root).parts
-        if not any(p in SKIP_DIRS or p.startswith(".") for p in parts):
-            yield path
+    """The files under ``root`` ending ``suffix``, sorted, never descending into a skipped
+    folder (a virtual environment in the checkout holds tens of thousands of files)."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.startswith(".")]
+        found += [Path(folder, name) for name in files if name.endswith(suffix)]
+    yield from sorted(found)
 
 
 def broken(root: Path) -> list[str]:
