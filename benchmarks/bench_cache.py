@@ -80,7 +80,7 @@ def bench_gepa(folder: Path, smoke: bool) -> None:
     metric.write_text(JUDGED)
     rows: list[Any] = list(load_examples(CLASSIFY / "data.jsonl"))
     seed = {"prompt": (CLASSIFY / "prompt.txt").read_text()}
-    budget = 120 if smoke else 300
+    budget = 60 if smoke else 300
     runs = {}
     for cache in (True, False):
         with EvaluatorAdapter.open(
@@ -150,7 +150,7 @@ def _results(examples: list[Example]) -> list[Result]:
 
 
 async def bench_lookups(folder: Path, smoke: bool) -> None:
-    n, chunk = (20_000, 1000) if smoke else (200_000, 1000)
+    n, chunk = (5_000, 1000) if smoke else (200_000, 1000)
     metric = folder / "exact.py"
     metric.write_text(EXACT)
     keys = KeyMaker(load_metric(metric), None, Models())
@@ -209,8 +209,8 @@ async def bench_cold(folder: Path, smoke: bool) -> None:
     metric.write_text(EXACT)
     program = folder / "llm_program.py"
     program.write_text(LLM_PROGRAM)
-    n_model, n_cpu = (300, 20_000) if smoke else (2000, 200_000)
-    turns = 3 if smoke else 5
+    n_model, n_cpu = (100, 5_000) if smoke else (2000, 200_000)
+    turns = 1 if smoke else 5
     print(f"3. a cold run, disk cache on vs off (interleaved, best of {turns} each)")
     async with Simulator(SimulatorConfig(latency_ms=20)) as sim:
         models = Models(

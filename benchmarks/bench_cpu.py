@@ -195,7 +195,7 @@ def main() -> None:
     args = parser.parse_args()
     n_cpu = 200 if args.smoke else 2000
     n_ceiling = 100 if args.smoke else 500
-    n_cheap = 20_000 if args.smoke else 200_000
+    n_cheap = 5_000 if args.smoke else 200_000
     workers = args.workers
     repeats = 1 if args.smoke else 3
 

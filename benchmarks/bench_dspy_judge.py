@@ -119,7 +119,7 @@ def main() -> None:
     args = parser.parse_args()
     # A window's allowance of at least 100 requests: the governor paces 2% under the limit,
     # which leaves room for its burst of 2 in any window that long.
-    n, rpm, window, latency = (150, 3000.0, 2.0, 50) if args.smoke else (400, 600.0, 10.0, 200)
+    n, rpm, window, latency = (80, 3000.0, 1.0, 50) if args.smoke else (400, 600.0, 10.0, 200)
     limit = rpm / 60.0
     sim_args = ("--rpm", str(rpm), "--window", str(window), "--latency-ms", str(latency))
     load = os.getloadavg()

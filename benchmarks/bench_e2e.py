@@ -454,11 +454,11 @@ def main() -> None:
         if "two" in chosen:
             bench_two_models(tmp, 300 if args.smoke else 2000, latency)
     if "slow-judge" in chosen:
-        bench_slow_judge(150 if args.smoke else 1500, 2000.0, 3000.0)
+        bench_slow_judge(100 if args.smoke else 1500, 2000.0, 3000.0)
     if "no-limit" in chosen:
         bench_no_limit(*((600, 200) if args.smoke else (6000, 3000)), 300.0, 256)
     if "overload" in chosen:
-        bench_overload(1000 if args.smoke else 5000, 300.0, 96)
+        bench_overload(500 if args.smoke else 5000, 300.0, 96)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ hedge):
   verdict is flipped with probability 0.05 (set per candidate and example), the threshold
   chosen so that the pass rate is exactly the candidate's. The metric scores the verdict
   1 or 0 (inline, no model). Each seed draws new difficulties and flips and runs
-  ``Evaluator.race`` at 95%; 20 seeds of 1,000 examples (smoke: 3 of 300). Goals: the
+  ``Evaluator.race`` at 95%; 20 seeds of 1,000 examples (smoke: 2 of 200). Goals: the
   correct winner, or a reported tie that includes it, in at least 95% of the seeds; at
   most 30% of the calls (evaluations: a program and a metric call each) of scoring every
   candidate on every example. Then **a race under a dollar budget**: the same 8
@@ -27,7 +27,7 @@ hedge):
   metric (``skynet.allm`` to the simulator, 5-15 ms a reply, priced at $0.50 per million
   tokens in and out) keeps 64 model calls in flight over 2,000 examples (smoke: 1,000),
   under ``Budget(usd=0.01)``, which runs out part way (64 worst cases fit in it at once),
-  20 runs (smoke: 2 of 600). Each run checks: what the simulator served, at the model's price
+  20 runs (smoke: 1 of 400). Each run checks: what the simulator served, at the model's price
   (the independent side of the books), is at most the budget; the engine's own ledger
   agrees; every example has exactly one result, scored or ``budget_exhausted``. Goals:
   spent at most the budget in 20 of 20 runs, every example one result (the exit status
@@ -44,7 +44,7 @@ hedge):
 - **hedge**: hedged judge calls against a heavy tail. The judge metric
   (``examples/metrics/judge.py``, one model call per example) scores minibatches of three
   examples through ``Evaluator.evaluate_many``, 8 optimizer loops at once, 100 minibatches
-  each (smoke: 4 x 25); the simulator answers in 40-50 ms and slows a seeded 5% of its
+  each (smoke: 2 x 20); the simulator answers in 40-50 ms and slows a seeded 5% of its
   replies 10x. Unhedged, then ``hedge=Q`` on the metric model (a second copy past the Q
   quantile of recent latencies, at most 10% extra calls, within the rate budget) for
   Q = 0.95 and 0.9. Goals: the p99 of a minibatch at most 0.5 of unhedged, at most 10%
@@ -165,7 +165,7 @@ def _race_examples(n: int, seed: int) -> list[dict[str, object]]:
 
 
 async def bench_race(folder: Path, smoke: bool) -> bool:
-    seeds, n = (3, 300) if smoke else (20, 1000)
+    seeds, n = (2, 200) if smoke else (20, 1000)
     program, metric = _write(folder, program=RACE_PROGRAM, metric=RACE_METRIC)
     right = ties = 0
     shares: list[float] = []
@@ -270,7 +270,7 @@ async def _budget_run(metric: Path, n: int, seed: int) -> dict[str, float]:
 
 
 async def bench_budget(folder: Path, smoke: bool) -> bool:
-    runs, n = (2, 600) if smoke else (20, 2000)
+    runs, n = (1, 400) if smoke else (20, 2000)
     (metric,) = _write(folder, judge=BUDGET_JUDGE)
     got = [await _budget_run(metric, n, seed) for seed in range(runs)]
     within = sum(r["billed"] <= BUDGET and r["ledger"] <= BUDGET for r in got)
@@ -493,7 +493,7 @@ async def bench_hedge(folder: Path, smoke: bool) -> bool:
     """Hedged judge calls for the tail (the goals: p99 of a 3-example minibatch at most
     0.5 of unhedged, at most 10% extra calls)."""
     del folder  # the judge is the shipped one
-    loops, steps = (4, 25) if smoke else (8, 100)
+    loops, steps = (2, 20) if smoke else (8, 100)
     return await _hedge_bench(loops, steps) == 0
 
 

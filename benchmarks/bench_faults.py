@@ -190,7 +190,7 @@ def main() -> int:
     args = parser.parse_args()
     n = args.n or (200 if args.smoke else 10_000)
     code = asyncio.run(bench(n, args.smoke, args.workers, args.timeout))
-    asyncio.run(bench_replacements(10 if args.smoke else 40))
+    asyncio.run(bench_replacements(5 if args.smoke else 40))
     return code
 
 

@@ -204,7 +204,7 @@ def sim_cpu(base_url: str) -> float:
 
 
 def bench_rate(smoke: bool, dspy: bool) -> None:
-    n, rpm, window = (200, 6000.0, 1.0) if smoke else (1000, 600.0, 10.0)
+    n, rpm, window = (100, 6000.0, 1.0) if smoke else (1000, 600.0, 10.0)
     limit = rpm / 60.0
     print(
         f"\n1. Rate limit kept full: {n} judge calls, simulator {rpm:g} RPM over any "
@@ -345,7 +345,7 @@ def bench_storm(smoke: bool) -> None:
 
 
 def bench_budget(smoke: bool) -> None:
-    n, rpm, window = (400, 6000.0, 1.0) if smoke else (3000, 1800.0, 10.0)
+    n, rpm, window = (200, 6000.0, 1.0) if smoke else (3000, 1800.0, 10.0)
     limit = rpm / 60.0
     print(
         f"\n4. A budget nobody configured: {n} judge calls, 64 in flight, 250 ms latency, "

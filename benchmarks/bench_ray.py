@@ -16,7 +16,7 @@ Three runs, each figure a ratio from the same run (start-up reported apart):
 Everything runs on 127.0.0.1.
 
     python benchmarks/bench_ray.py            # full: 2,000 examples
-    python benchmarks/bench_ray.py --smoke    # CI: 200 examples
+    python benchmarks/bench_ray.py --smoke    # CI: 100 examples
 """
 
 from __future__ import annotations
@@ -261,7 +261,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="small sizes for CI")
     args = parser.parse_args()
-    n = 200 if args.smoke else 2000
+    n = 100 if args.smoke else 2000
     repeats = 1 if args.smoke else 3
     loops = calibrate(2.0)
     with tempfile.TemporaryDirectory() as tmp:

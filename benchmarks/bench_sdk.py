@@ -238,7 +238,7 @@ def bench_overhead(smoke: bool, folder: Path) -> None:
 
 
 def bench_rpm(smoke: bool, folder: Path) -> None:
-    n, rpm, window = (200, 3000.0, 3.0) if smoke else (660, 600.0, 10.0)
+    n, rpm, window = (100, 3000.0, 2.0) if smoke else (660, 600.0, 10.0)
     limit = rpm / 60
     data = rows(folder / "rpm.jsonl", n)
     print(

@@ -71,7 +71,9 @@ IMPLY_SLOW = ("process", "ray", "browser")
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test marked ``process``, ``ray`` or ``browser`` is ``slow`` too (before ``-m``
-    selects)."""
+    selects). The benchmarks run first (see :data:`FIRST`); the order is otherwise
+    unchanged."""
+    items.sort(key=lambda item: not item.nodeid.startswith(FIRST))
     for item in items:
         if not item.get_closest_marker("slow") and any(
             item.get_closest_marker(name) for name in IMPLY_SLOW
@@ -146,3 +148,35 @@ def opens_of() -> Any:
 
     yield watch
     _Opens.watched = None
+
+
+# -- how the three xdist workers share the suite (addopts: -n 3 --dist loadscope) ----------
+
+#: Modules run whole by one worker: their tests share a module fixture that costs seconds
+#: to start (a Ray cluster or head, a Chromium), which a worker would otherwise start
+#: again for every few tests it takes of them.
+WHOLE_MODULES = (
+    "tests/evaluator/executors/ray/",
+    "tests/evaluator/cli/test_run_ray.py",
+    "tests/evaluator/report/html/test_browser.py",
+    "tests/evaluator/report/html/test_race_page.py",
+)
+#: The longest tests (each a benchmark's whole script): first, so none starts last.
+FIRST = ("tests/benchmarks/",)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadscope``: each test is its own unit of work, but for
+    :data:`WHOLE_MODULES` (xdist's own scopes, a module or a class, would keep every
+    class's tests on one worker: the suite's longest classes then set its time)."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module.startswith(WHOLE_MODULES) else nodeid
+
+    return Scheduling(config, log)

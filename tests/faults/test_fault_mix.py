@@ -134,10 +134,11 @@ class TestFaultMix:
             Evaluator(
                 metric,
                 program,
-                # 1.5 s: far past the judge's own 0.3 s timeout (j_timeout must end as
-                # llm_error), which a loaded machine has delivered past 0.5 s.
-                timeout=1.5,
-                program_timeout=1.5,
+                # 3 s: far past the judge's own 0.3 s timeout (j_timeout must end as
+                # llm_error), which a loaded machine has delivered past 1.5 s: the call
+                # may wait for a place in flight first. The hangs wait concurrently.
+                timeout=3.0,
+                program_timeout=3.0,
                 program_execution="process",
                 workers=2,
                 models=judge.models(),
