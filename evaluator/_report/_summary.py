@@ -57,11 +57,6 @@ __all__ = [
     "stage_costs",
 ]
 
-_NO_TOKENS = TokenUsage()
-# ``TokenUsage.__add__`` called as a function: the ``+`` of an Observation or Usage (a
-# subclass) first looks for the subclass's reflected add, which costs as much again.
-_add_tokens = TokenUsage.__add__
-
 #: How many failures a report keeps to show (the first ones, in the order they came).
 FAILURES_KEPT = 5
 
@@ -699,8 +694,9 @@ class ReportBuilder:
         self.judge_cost_unmeasured = 0
         self.program_llm_calls = 0
         self.judge_llm_calls = 0
-        #: The program's and the judge's tokens, summed.
-        self.tokens: TokenUsage = _NO_TOKENS
+        # The program's and the judge's tokens, summed as the four counts of a TokenUsage
+        # (the report's, made at build: not a struct made at every add).
+        self._input = self._output = self._cached = self._reasoning = 0
         self.rate_limited = 0
         self.retries = 0
         self.resumed = 0
@@ -776,14 +772,20 @@ class ReportBuilder:
         # Retries and 429s count even for a call that was given up (no llm_calls then).
         if obs.llm_calls:
             self.program_llm_calls += obs.llm_calls
-            self.tokens = _add_tokens(self.tokens, obs)
+            self._input += obs.input_tokens
+            self._output += obs.output_tokens
+            self._cached += obs.cached_tokens
+            self._reasoning += obs.reasoning_tokens
         self.retries += obs.retries
         self.rate_limited += obs.rate_limited
 
     def _add_judge(self, judge: Usage) -> None:
         if judge.llm_calls:
             self.judge_llm_calls += judge.llm_calls
-            self.tokens = _add_tokens(self.tokens, judge)
+            self._input += judge.input_tokens
+            self._output += judge.output_tokens
+            self._cached += judge.cached_tokens
+            self._reasoning += judge.reasoning_tokens
         self.retries += judge.retries
         self.rate_limited += judge.rate_limited
         if judge.cost_usd is None:
@@ -893,10 +895,10 @@ class ReportBuilder:
             judge_cost_unmeasured=self.judge_cost_unmeasured,
             program_llm_calls=self.program_llm_calls,
             judge_llm_calls=self.judge_llm_calls,
-            input_tokens=self.tokens.input_tokens,
-            output_tokens=self.tokens.output_tokens,
-            cached_tokens=self.tokens.cached_tokens,
-            reasoning_tokens=self.tokens.reasoning_tokens,
+            input_tokens=self._input,
+            output_tokens=self._output,
+            cached_tokens=self._cached,
+            reasoning_tokens=self._reasoning,
             rate_limited=self.rate_limited,
             retries=self.retries,
             abandoned_threads=abandoned_threads,
