@@ -269,7 +269,7 @@ def _cache_rows(cache: CacheSummary | None) -> Rows:
         return []
 
     def usd(value: float | None) -> str:
-        return "unmeasured" if value is None else f"${value:.6f}"
+        return "unmeasured" if value is None else _run_usd(value)
 
     tiers = ""
     if cache.memory_hits is not None and cache.disk_hits is not None:
