@@ -133,7 +133,7 @@ def load_results_file(path: str | PathLike[str]) -> ResultsFile:
     data = p.read_bytes()
     if data.startswith(_BOM):
         data = data[len(_BOM) :]
-    header, results, numbers, sessions, ended = _read_lines(name, data)
+    header, results, numbers, sessions, ended, repeated = _read_lines(name, data)
     if not results:
         raise ResultsFileError(
             name,
@@ -141,7 +141,8 @@ def load_results_file(path: str | PathLike[str]) -> ResultsFile:
             "holds no results" + (" (only a header)" if header is not None else ""),
             "the run wrote none yet; run `skynet-eval run ... --output FILE` to completion",
         )
-    _refuse_duplicates(name, results, numbers)
+    if repeated:  # the reader counted them (by result_key): name the first one's lines
+        _refuse_duplicates(name, results, numbers)
     return ResultsFile(
         path=name,
         results=results,
@@ -160,11 +161,13 @@ def _read_lines(
     list[int],
     list[tuple[int, dict[str, Any]]],
     list[dict[str, Any]],
+    int,
 ]:
     """Every line through the one line reader (:class:`Reader`, strict, in bulk: the
     lines between the header and a run's end line in one pass in C, line by line when one
     of them is not a result, so that a bad line is found and named), and its headers told
-    apart: the first one, later sessions', and the end lines runs appended."""
+    apart: the first one, later sessions', and the end lines runs appended; last, how many
+    results repeat an earlier one's ``result_key``."""
     reader = Reader(Path(name), strict=True, bulk=True, decoder=_decoder)
     results = list(reader.iterate(io.BytesIO(data)))
     numbers = reader.numbers
@@ -180,7 +183,7 @@ def _read_lines(
             header = found
         else:
             sessions.append((number, found))
-    return header, results, numbers, sessions, ended
+    return header, results, numbers, sessions, ended, reader.out.duplicates
 
 
 def _refuse_duplicates(path: str | None, results: list[Result], numbers: list[int] | None) -> None:
