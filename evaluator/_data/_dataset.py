@@ -25,11 +25,12 @@ import codecs
 import difflib
 import hashlib
 import random
+from array import array
 from collections.abc import Callable, Generator, Iterable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -56,6 +57,9 @@ __all__ = [
     "load_examples",
     "read_dataset",
 ]
+
+if TYPE_CHECKING:
+    from ._seen_ids import SeenIds
 
 NO_OUTPUT: Any = msgspec.UNSET
 
@@ -203,26 +207,47 @@ class _Unique:
     the message then says so and how to avoid it, rather than name an id the file never
     wrote. ``"2"`` and ``2`` are different ids (JSON keeps them apart; so does the
     results file: both match ids by :func:`evaluator._call._results.example_key`).
+
+    The ids taken are a :class:`SeenIds` (id -> position, the one store of ids taken: a
+    library stream's too, through :func:`check_unique_ids`), keyed by ``example_key``;
+    beside it, for the message alone, each row's line (0: none) and whether its id was
+    given: 9 bytes a row. ``unit`` names a row without a line: "item" in a JSON list,
+    "row" in memory.
     """
 
-    def __init__(self) -> None:
-        self.seen: dict[Any, tuple[str, bool]] = {}
+    def __init__(self, unit: str) -> None:
+        # Imported here: a worker process imports this module (for the fingerprint's
+        # Selection) and never checks ids.
+        from ._seen_ids import SeenIds
 
-    def check(self, example: Example, where: str, explicit: bool) -> None:
+        self.unit = unit
+        self.seen: SeenIds = SeenIds()
+        self._lines = array("q")
+        self._explicit = bytearray()
+
+    def check(self, example: Example, position: int, line: int | None, explicit: bool) -> None:
+        """Take ``example``'s id (the row at ``position``, on ``line``), or raise
+        :class:`_Duplicate` naming both rows."""
         key = example_key(example.id)
-        first = self.seen.get(key)
-        if first is None:
-            self.seen[key] = (where, explicit)
-            return
-        first_where, first_explicit = first
-        if explicit and first_explicit:
-            raise _Duplicate(
-                f"duplicate id {example.id!r} (first at {first_where}); ids must be unique"
-            )
+        seen = self.seen
+        if key in seen:
+            first = seen[key]
+            first_where = self._where(first, self._lines[first])
+            self._refuse(example.id, self._where(position, line), explicit, first_where, first)
+        seen[key] = position
+        self._lines.append(line or 0)
+        self._explicit.append(explicit)
+
+    def _where(self, position: int, line: int | None) -> str:
+        return f"line {line}" if line else f"{self.unit} {position}"
+
+    def _refuse(self, ident: Any, where: str, explicit: bool, first_where: str, first: int) -> None:
+        if explicit and self._explicit[first]:
+            raise _Duplicate(f"duplicate id {ident!r} (first at {first_where}); ids must be unique")
         positional, other = (where, first_where) if not explicit else (first_where, where)
         raise _Duplicate(
-            f"id {example.id!r} is used twice: {positional} has no id, so its position "
-            f"{example.id!r} is its id, and {other} has the id {example.id!r}; give every "
+            f"id {ident!r} is used twice: {positional} has no id, so its position "
+            f"{ident!r} is its id, and {other} has the id {ident!r}; give every "
             "row an id (or none), so that positions and ids cannot meet"
         )
 
@@ -234,8 +259,9 @@ class _Duplicate(Exception):
 def check_unique_ids(seen: MutableMapping[Any, int], examples: list[Example], start: int) -> None:
     """Refuses an id already ``seen`` (id -> position) or repeated in ``examples`` (those
     at positions ``start ..``), naming the id, both positions and the parameter: the
-    library's ``examples``, as :class:`_Unique` is the files'. One dict update in C per
-    chunk; only a duplicate pays for a loop."""
+    library's ``examples``, as :class:`_Unique` is the files' (the same store of ids
+    taken, :class:`SeenIds`, as the Source passes it). One update per chunk; only a
+    duplicate pays for a loop."""
     ids = [ex.id for ex in examples]
     fresh = dict(zip(ids, range(start, start + len(ids)), strict=True))
     if len(fresh) == len(examples) and seen.keys().isdisjoint(fresh):
@@ -268,14 +294,14 @@ def examples_from_rows(
     check_unique: bool = True,
 ) -> Iterator[Example]:
     """Examples from in-memory rows (dicts or ``Example``s), lazily."""
-    unique = _Unique() if check_unique else None
+    unique = _Unique("row") if check_unique else None
     for position, row in enumerate(rows):
         example = _row_to_example(
             row, position, input_cols=input_cols, output_cols=output_cols, path=None, line=None
         )
         if unique is not None:
             try:
-                unique.check(example, f"row {position}", _explicit_id(row))
+                unique.check(example, position, None, _explicit_id(row))
             except _Duplicate as exc:
                 raise DatasetError(None, None, f"row {position}: {exc}") from None
         yield example
@@ -434,7 +460,7 @@ def _load(
     id_col: str | None = None,
     digest: Any = None,
 ) -> Generator[Example, None, None]:
-    unique = _Unique()
+    unique = _Unique("item")
     reader = _READERS[suffix](p, digest)
     try:
         for position, (line, row) in enumerate(reader):
@@ -450,11 +476,7 @@ def _load(
                 id_col=id_col,
             )
             try:
-                unique.check(
-                    example,
-                    f"line {line}" if line is not None else f"item {position}",
-                    _explicit_id(row, id_col),
-                )
+                unique.check(example, position, line, _explicit_id(row, id_col))
             except _Duplicate as exc:
                 raise DatasetError(where, line, str(exc)) from None
             yield example

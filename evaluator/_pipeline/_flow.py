@@ -48,12 +48,12 @@ from .._cache import ResultCache
 from .._call._calls import Outcome
 from .._call._results import Result
 from .._data._dataset import Example, _row_to_example, check_unique_ids
+from .._data._seen_ids import SeenIds
 from .._executors._base import Executor
 from .._models import ModelRouter
 from .._telemetry import Telemetry
 from . import _assembly as assembly
 from ._scheduler import FairSlots, TenantBook
-from ._seen_ids import SeenIds
 
 __all__ = ["MAX_CHUNK", "Flow", "ResultStream", "Sizer", "Source"]
 

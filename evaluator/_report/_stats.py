@@ -17,6 +17,8 @@ from typing import Any
 
 import msgspec
 
+from llm_client import TokenUsage
+
 from .._call._results import Result, repeat_of
 from ._summary import (
     Distribution,
@@ -55,9 +57,12 @@ class NamedMean(msgspec.Struct, frozen=True):
     count: int
 
 
-class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
+class RunSummary(TokenUsage, frozen=True, kw_only=True, gc=True):
     """A :class:`Report` with detail under the names the page reads (:func:`summary_of`):
-    nothing here is computed, only named."""
+    nothing here is computed, only named. Its tokens are the report's
+    :class:`~llm_client.TokenUsage`; ``report`` is the report itself (the terminal's rows
+    are its rows, :func:`~evaluator._report._terminal.summary_rows`), left out of
+    ``report --json`` (:meth:`fields`), which holds the same numbers under these names."""
 
     n: int
     ok: int
@@ -74,8 +79,6 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     judge_cost_unmeasured: int
     cost_notes: list[tuple[str, int]]  # why costs were not measured, with counts
     program_calls: int
-    input_tokens: int
-    output_tokens: int
     rate_limited: int
     retries: int
     program_ms: Distribution
@@ -88,10 +91,17 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     throughput: float | None = None
     repeats: RepeatSummary | None = None
     """Each example's score variance over the passes of ``run --repeat K``."""
+    report: Report
 
     @property
     def error_count(self) -> int:
         return self.n - self.ok
+
+    def fields(self) -> dict[str, Any]:
+        """The summary as ``report --json`` writes it: every field but ``report``."""
+        out = msgspec.structs.asdict(self)
+        del out["report"]
+        return out
 
 
 class Bin(msgspec.Struct, frozen=True):
@@ -194,6 +204,8 @@ def summary_of(report: Report, meta: Mapping[str, Any] | None = None) -> RunSumm
         program_calls=report.program_llm_calls,
         input_tokens=report.input_tokens,
         output_tokens=report.output_tokens,
+        cached_tokens=report.cached_tokens,
+        reasoning_tokens=report.reasoning_tokens,
         rate_limited=report.rate_limited,
         retries=report.retries,
         program_ms=detail.program_ms,
@@ -205,6 +217,7 @@ def summary_of(report: Report, meta: Mapping[str, Any] | None = None) -> RunSumm
         wall_s=wall,
         throughput=throughput,
         repeats=report.repeats,
+        report=report,
     )
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-from llm_client import HedgeStatistics
+from llm_client import HedgeStatistics, TokenUsage
 
 from .._call._results import ERROR_KINDS, Observation, Result, Usage, result_key
 from .._stats import percentiles
@@ -568,8 +568,14 @@ class _DetailTally:
         return tuple(out)
 
 
-class Report(msgspec.Struct, frozen=True, kw_only=True):
-    """Counts, means, latency, throughput and cost of one evaluation."""
+class Report(TokenUsage, frozen=True, kw_only=True, gc=True):
+    """Counts, means, latency, throughput and cost of one evaluation.
+
+    Its token counts, the program's and the judge's together, are its
+    :class:`~llm_client.TokenUsage` (``input_tokens``, ``output_tokens``, ``cached_tokens``,
+    ``reasoning_tokens``: ``.tokens`` holds them alone), so ``--json`` has the same flat
+    names as a result's observation and usage.
+    """
 
     n: int
     ok: int
@@ -591,8 +597,6 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     judge_cost_unmeasured: int
     program_llm_calls: int
     judge_llm_calls: int
-    input_tokens: int
-    output_tokens: int
     rate_limited: int
     retries: int
     abandoned_threads: int = 0
@@ -690,8 +694,9 @@ class ReportBuilder:
         self.judge_cost_unmeasured = 0
         self.program_llm_calls = 0
         self.judge_llm_calls = 0
-        self.input_tokens = 0
-        self.output_tokens = 0
+        # The program's and the judge's tokens, summed as the four counts of a TokenUsage
+        # (the report's, made at build: not a struct made at every add).
+        self._input = self._output = self._cached = self._reasoning = 0
         self.rate_limited = 0
         self.retries = 0
         self.resumed = 0
@@ -767,16 +772,20 @@ class ReportBuilder:
         # Retries and 429s count even for a call that was given up (no llm_calls then).
         if obs.llm_calls:
             self.program_llm_calls += obs.llm_calls
-            self.input_tokens += obs.input_tokens
-            self.output_tokens += obs.output_tokens
+            self._input += obs.input_tokens
+            self._output += obs.output_tokens
+            self._cached += obs.cached_tokens
+            self._reasoning += obs.reasoning_tokens
         self.retries += obs.retries
         self.rate_limited += obs.rate_limited
 
     def _add_judge(self, judge: Usage) -> None:
         if judge.llm_calls:
             self.judge_llm_calls += judge.llm_calls
-            self.input_tokens += judge.input_tokens
-            self.output_tokens += judge.output_tokens
+            self._input += judge.input_tokens
+            self._output += judge.output_tokens
+            self._cached += judge.cached_tokens
+            self._reasoning += judge.reasoning_tokens
         self.retries += judge.retries
         self.rate_limited += judge.rate_limited
         if judge.cost_usd is None:
@@ -886,8 +895,10 @@ class ReportBuilder:
             judge_cost_unmeasured=self.judge_cost_unmeasured,
             program_llm_calls=self.program_llm_calls,
             judge_llm_calls=self.judge_llm_calls,
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
+            input_tokens=self._input,
+            output_tokens=self._output,
+            cached_tokens=self._cached,
+            reasoning_tokens=self._reasoning,
             rate_limited=self.rate_limited,
             retries=self.retries,
             abandoned_threads=abandoned_threads,

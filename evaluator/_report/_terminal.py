@@ -1,6 +1,7 @@
-"""The report in a terminal, as rows of a table: ``run``'s (:func:`report_rows`, of a
-:class:`Report`), ``skynet-eval report``'s (:func:`summary_rows`, of the same Report's
-page view) and the comparison with a baseline's, and the failures'.
+"""The report in a terminal, as rows of a table: a :class:`Report`'s, by one builder
+(``_rows``) for ``run`` (:func:`report_rows`) and ``skynet-eval report``
+(:func:`summary_rows`, of the report its page view holds, in the page's number format),
+and the comparison with a baseline's, and the failures'.
 
 Rows are (label, value) pairs, built apart from their printing, so a test can read them
 and ``--json`` can skip them; ``evaluator._cli._output`` prints them. The page's
@@ -9,13 +10,12 @@ formatting helpers load only for ``report``'s rows (``run`` never imports the pa
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, NamedTuple
 
 from ._summary import (
     CacheSummary,
     ClusterSummary,
-    Distribution,
     Failure,
     RepeatSummary,
     Report,
@@ -27,54 +27,24 @@ if TYPE_CHECKING:
 
 __all__ = ["comparison_rows", "failure_rows", "repeat_rows", "report_rows", "summary_rows"]
 
-
-def _percentiles(d: Distribution) -> str:
-    from .html._html import ms_
-
-    return f"{ms_(d.p50)} / {ms_(d.p95)} / {ms_(d.p99)}"
+Rows = list[tuple[str, str]]
 
 
-def summary_rows(s: RunSummary) -> list[tuple[str, str]]:
-    """One run's summary as (label, value) rows."""
-    from .html._html import n_, score_
-
-    rows = [("examples", n_(s.n)), ("ok", n_(s.ok))]
-    rows += [(f"error: {kind}", f"{n_(count)} of {n_(s.n)}") for kind, count in s.errors.items()]
-    at = " or ".join(f"{v:g}" for v in s.failure_scores[:3])
-    rows.append(
-        (f"mean score (all, errors at {at})" if at else "mean score (all)", score_(s.mean_score))
+def summary_rows(s: RunSummary) -> Rows:
+    """``skynet-eval report``'s rows: :func:`report_rows` of the summary's report, in the
+    page's number format, with the wall time and throughput the file recorded (none when
+    it did not) and the scores its errors were recorded with."""
+    report = s.report
+    failure_scores = tuple(s.failure_scores[:3])
+    return _rows(
+        report,
+        _PAGE,
+        at=" or ".join(f"{v:g}" for v in failure_scores),
+        wall_s=s.wall_s,
+        throughput=s.throughput,
+        cache=None,  # what a run spent "now" is the run's to say, not its file's
+        option_flags={},
     )
-    rows.append((f"mean score (ok, n={n_(s.ok)})", score_(s.mean_score_ok)))
-    rows += [(f"  {m.name} (n={n_(m.count)})", score_(m.mean)) for m in s.named]
-    if s.repeats is not None:
-        rows += repeat_rows(s.repeats)
-    if s.program_ms.count:
-        rows.append(("program latency p50 / p95 / p99", _percentiles(s.program_ms)))
-    if s.metric_ms.count:
-        rows.append(("metric latency p50 / p95 / p99", _percentiles(s.metric_ms)))
-    if s.program_ran:
-        rows.append(
-            ("program cost", _cost(s.program_cost_usd, s.program_cost_unmeasured, s.program_ran))
-        )
-    if s.judge_calls or s.judge_cost_unmeasured:
-        rows.append(("judge cost", _cost(s.judge_cost_usd, s.judge_cost_unmeasured, s.n)))
-    if s.wall_s is not None:
-        rows.append(("wall time", f"{s.wall_s:,.2f} s"))
-    if s.throughput is not None:
-        rows.append(("throughput", f"{s.throughput:,.1f} examples/s"))
-    if s.program_calls or s.judge_calls:
-        rows.append(("model calls", f"{n_(s.program_calls)} program, {n_(s.judge_calls)} judge"))
-        rows.append(("tokens in / out", f"{n_(s.input_tokens)} / {n_(s.output_tokens)}"))
-        rows.append(("429s / retries", f"{n_(s.rate_limited)} / {n_(s.retries)}"))
-    return rows
-
-
-def _cost(value: float | None, unmeasured: int, of: int) -> str:
-    from .html._html import n_, usd_
-
-    if value is None:
-        return f"unmeasured ({n_(unmeasured)} of {n_(of)} examples without a known price)"
-    return usd_(value)
 
 
 def comparison_rows(c: Comparison) -> list[tuple[str, str]]:
@@ -120,39 +90,103 @@ def failure_rows(
     return rows
 
 
-Rows = list[tuple[str, str]]
-
 #: How a stage is named in the report's rows.
 _STAGE_NAMES = {"run": "program", "score": "metric"}
 
 
 def report_rows(report: Report, *, option_flags: dict[str, str] | None = None) -> Rows:
-    """The report as (label, value) rows for a table or plain text.
+    """The report as (label, value) rows for a table or plain text: ``run``'s, and, in
+    the page's number format, ``skynet-eval report``'s (:func:`summary_rows`).
 
     ``option_flags`` maps an option's API name to the name its reader knows it by (the
     command line's ``--execution``), for the executor lines.
     """
+    return _rows(
+        report,
+        _RUN,
+        at=f"{report.failure_score:g}",
+        wall_s=report.wall_s,
+        throughput=report.throughput,
+        cache=report.cache,
+        option_flags=option_flags or {},
+    )
+
+
+class _Format(NamedTuple):
+    """How a table writes a number: ``run``'s fixed decimals, or the page's."""
+
+    score: Callable[[float | None], str]
+    ms: Callable[[float | None], str]
+    usd: Callable[[float], str]
+
+
+def _run_score(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _run_ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f} ms" if value >= 1 else f"{value:.3f} ms"
+
+
+def _run_usd(value: float) -> str:
+    return f"${value:.6f}"
+
+
+def _page_score(value: float | None) -> str:
+    from .html._html import score_
+
+    return score_(value)
+
+
+def _page_ms(value: float | None) -> str:
+    from .html._html import ms_
+
+    return ms_(value)
+
+
+def _page_usd(value: float) -> str:
+    from .html._html import usd_
+
+    return usd_(value)
+
+
+_RUN = _Format(_run_score, _run_ms, _run_usd)
+#: The page's formatting (its helpers load only for ``report``'s rows: ``run`` never
+#: imports the page).
+_PAGE = _Format(_page_score, _page_ms, _page_usd)
+
+
+def _rows(
+    report: Report,
+    fmt: _Format,
+    *,
+    at: str,
+    wall_s: float | None,
+    throughput: float | None,
+    cache: CacheSummary | None,
+    option_flags: dict[str, str],
+) -> Rows:
+    """The one row builder: ``at`` names the scores errors count at (empty: there was no
+    error to count), ``wall_s`` None leaves out the time it does not know."""
     return [
-        *_count_rows(report),
-        *_latency_rows(report),
-        *_cost_rows(report),
-        *_cache_rows(report.cache),
-        *_engine_rows(report, option_flags or {}),
+        *_count_rows(report, fmt, at),
+        *_latency_rows(report, fmt, wall_s, throughput),
+        *_cost_rows(report, fmt, cache),
+        *_cache_rows(cache),
+        *_engine_rows(report, option_flags),
     ]
 
 
-def _count_rows(report: Report) -> Rows:
-    def mean(value: float | None) -> str:
-        return "-" if value is None else f"{value:.4f}"
-
+def _count_rows(report: Report, fmt: _Format, at: str) -> Rows:
     resumed = f" ({report.resumed:,} from an earlier run)" if report.resumed else ""
     rows: Rows = [("examples", f"{report.n:,}{resumed}"), ("ok", f"{report.ok:,}")]
     for kind, count in report.errors.items():
         rows.append((f"error: {kind}", f"{count:,} of {report.n:,}"))
-    rows.append((f"mean score (all, errors at {report.failure_score:g})", mean(report.mean_score)))
-    rows.append((f"mean score (ok, n={report.ok:,})", mean(report.mean_score_ok)))
+    all_label = f"mean score (all, errors at {at})" if at else "mean score (all)"
+    rows.append((all_label, fmt.score(report.mean_score)))
+    rows.append((f"mean score (ok, n={report.ok:,})", fmt.score(report.mean_score_ok)))
     for name, named in report.scores.items():
-        rows.append((f"  {name} (n={named.count:,})", f"{named.mean:.4f}"))
+        rows.append((f"  {name} (n={named.count:,})", fmt.score(named.mean)))
     if report.repeats is not None:
         rows.extend(repeat_rows(report.repeats))
     return rows
@@ -174,51 +208,50 @@ def repeat_rows(summary: RepeatSummary) -> Rows:
     return rows
 
 
-def _latency_rows(report: Report) -> Rows:
-    def ms(value: float | None) -> str:
-        return "-" if value is None else f"{value:,.1f} ms" if value >= 1 else f"{value:.3f} ms"
-
+def _latency_rows(
+    report: Report, fmt: _Format, wall_s: float | None, throughput: float | None
+) -> Rows:
     rows: Rows = []
     for label, lat in (("program", report.program_latency), ("metric", report.metric_latency)):
         if lat.count:
             rows.append(
                 (
                     f"{label} latency p50 / p95 / p99",
-                    f"{ms(lat.p50_ms)} / {ms(lat.p95_ms)} / {ms(lat.p99_ms)}",
+                    f"{fmt.ms(lat.p50_ms)} / {fmt.ms(lat.p95_ms)} / {fmt.ms(lat.p99_ms)}",
                 )
             )
-    rows.append(("wall time", f"{report.wall_s:,.2f} s"))
-    if report.throughput is not None:
-        rows.append(("throughput", f"{report.throughput:,.1f} examples/s"))
+    if wall_s is not None:
+        rows.append(("wall time", f"{wall_s:,.2f} s"))
+    if throughput is not None:
+        rows.append(("throughput", f"{throughput:,.1f} examples/s"))
     return rows
 
 
-def _cost_rows(report: Report) -> Rows:
-    def usd(value: float | None, unmeasured: int) -> str:
+def _cost_rows(report: Report, fmt: _Format, cache: CacheSummary | None) -> Rows:
+    def cost(value: float | None, unmeasured: int, of: int) -> str:
         if value is None:
             return (
-                f"unmeasured ({unmeasured} example(s) without a known price or with "
+                f"unmeasured ({unmeasured:,} of {of:,} examples without a known price or with "
                 "network traffic the engine did not meter; their notes say which)"
             )
-        return f"${value:.6f}"
-
-    cache = report.cache
+        return fmt.usd(value)
 
     def headline(represented: str, now: float | None) -> str:
         # With results from the cache, the sums are what the results cost when they were
         # made: the headline is what was spent now, and that sum stands beside it.
         if cache is None or not cache.cached:
             return represented
-        spent = "unmeasured" if now is None else f"${now:.6f}"
+        spent = "unmeasured" if now is None else fmt.usd(now)
         return f"{spent} spent now (the results represent {represented})"
 
     rows: Rows = []
-    if report.program_cost_measured or report.program_cost_unmeasured:
-        represented = usd(report.program_cost_usd, report.program_cost_unmeasured)
+    ran = report.program_cost_measured + report.program_cost_unmeasured
+    if ran:
+        represented = cost(report.program_cost_usd, report.program_cost_unmeasured, ran)
         now = None if cache is None else cache.program_cost_spent_usd
         rows.append(("program cost", headline(represented, now)))
     if report.judge_llm_calls or report.judge_cost_unmeasured:
-        represented = usd(report.judge_cost_usd, report.judge_cost_unmeasured)
+        represented = cost(report.judge_cost_usd, report.judge_cost_unmeasured, report.n)
         now = None if cache is None else cache.judge_cost_spent_usd
         rows.append(("judge cost", headline(represented, now)))
     if report.program_llm_calls or report.judge_llm_calls:
@@ -236,7 +269,7 @@ def _cache_rows(cache: CacheSummary | None) -> Rows:
         return []
 
     def usd(value: float | None) -> str:
-        return "unmeasured" if value is None else f"${value:.6f}"
+        return "unmeasured" if value is None else _run_usd(value)
 
     tiers = ""
     if cache.memory_hits is not None and cache.disk_hits is not None:

@@ -1,8 +1,9 @@
 """Reading a results file for a report: every line accounted for, or an error naming it.
 
 A report is only worth looking at when its counts are the file's counts, so it reads the
-file strictly: a whole file in one decode when it can, else line by line through the one
-line reader, ``evaluator._results_file._reader.Reader``, with ``strict=True``. Reading for
+file strictly, through the one line reader, ``evaluator._results_file._reader.Reader``,
+with ``strict=True`` (and ``bulk=True``: the results in one pass in C when every line
+between the header and a run's end line is one, else line by line). Reading for
 ``--resume`` may drop a torn last line and go on, because the run will redo the example;
 a report cannot redo it, so a torn, non-JSON or foreign line is an error that names the
 file and line, says what is wrong and how to fix it (``_reader.diagnose``). An example
@@ -36,7 +37,7 @@ import msgspec
 from .._call._results import Observation, Result, Usage, example_key, result_key
 from .._exceptions import ResultsFileError
 from .._fingerprint import HEADER_KEY
-from ._reader import Reader, check_header
+from ._reader import Reader
 
 __all__ = [
     "ResultsFile",
@@ -114,7 +115,6 @@ class ResultsFile(msgspec.Struct, kw_only=True):
 
 
 _decoder = msgspec.json.Decoder(_DecodedLine)
-_decode_any = msgspec.json.Decoder().decode
 
 
 def load_results_file(path: str | PathLike[str]) -> ResultsFile:
@@ -133,23 +133,7 @@ def load_results_file(path: str | PathLike[str]) -> ResultsFile:
     data = p.read_bytes()
     if data.startswith(_BOM):
         data = data[len(_BOM) :]
-    header, body, skipped = _split_header(data)
-    body, end = _split_end(body)
-    results: list[Result] | None = None
-    if body.endswith(b"\n") and b"\n\n" not in body and HEADER_KEY.encode() not in body:
-        try:
-            # The common case, a whole file of results: one call, no Python per line.
-            results = list(_decoder.decode_lines(body))
-        except (msgspec.DecodeError, RecursionError):
-            results = None  # read it line by line below, to say which line is wrong
-    if results is not None:
-        numbers = list(range(skipped + 1, skipped + 1 + len(results)))
-        sessions: list[tuple[int, dict[str, Any]]] = []
-        ended = [end["ended"]] if end is not None else []
-        if header is not None:
-            header = check_header(name, 1, header)
-    else:
-        header, results, numbers, sessions, ended = _read_lines(name, data)
+    header, results, numbers, sessions, ended, repeated = _read_lines(name, data)
     if not results:
         raise ResultsFileError(
             name,
@@ -157,7 +141,8 @@ def load_results_file(path: str | PathLike[str]) -> ResultsFile:
             "holds no results" + (" (only a header)" if header is not None else ""),
             "the run wrote none yet; run `skynet-eval run ... --output FILE` to completion",
         )
-    _refuse_duplicates(name, results, numbers)
+    if repeated:  # the reader counted them (by result_key): name the first one's lines
+        _refuse_duplicates(name, results, numbers)
     return ResultsFile(
         path=name,
         results=results,
@@ -168,37 +153,6 @@ def load_results_file(path: str | PathLike[str]) -> ResultsFile:
     )
 
 
-def _split_end(body: bytes) -> tuple[bytes, dict[str, Any] | None]:
-    """The lines before a run's end line, and that line's object (when the file ends
-    with one: a run that stopped wrote it), so a whole file still decodes in one call."""
-    cut = body.rstrip(b"\n").rfind(b"\n") + 1
-    last = body[cut:]
-    if not last.endswith(b"\n") or HEADER_KEY.encode() not in last:
-        return body, None
-    try:
-        value = _decode_any(last)
-    except (msgspec.DecodeError, RecursionError):
-        return body, None
-    if not isinstance(value, dict) or not isinstance(value.get("ended"), dict):
-        return body, None
-    return body[:cut], value
-
-
-def _split_header(data: bytes) -> tuple[dict[str, Any] | None, bytes, int]:
-    """A header on the first line, the lines after it, and how many lines it took."""
-    end = data.find(b"\n")
-    first = data if end < 0 else data[:end]
-    if HEADER_KEY.encode() not in first:
-        return None, data, 0
-    try:
-        value = _decode_any(first)
-    except (msgspec.DecodeError, RecursionError):
-        return None, data, 0
-    if not isinstance(value, dict) or HEADER_KEY not in value:
-        return None, data, 0
-    return value, (b"" if end < 0 else data[end + 1 :]), 1
-
-
 def _read_lines(
     name: str, data: bytes
 ) -> tuple[
@@ -207,10 +161,14 @@ def _read_lines(
     list[int],
     list[tuple[int, dict[str, Any]]],
     list[dict[str, Any]],
+    int,
 ]:
-    """Every line on its own, through the one line reader (:class:`Reader`, strict): slower,
-    but a bad line is found and named."""
-    reader = Reader(Path(name), strict=True, decoder=_decoder)
+    """Every line through the one line reader (:class:`Reader`, strict, in bulk: the
+    lines between the header and a run's end line in one pass in C, line by line when one
+    of them is not a result, so that a bad line is found and named), and its headers told
+    apart: the first one, later sessions', and the end lines runs appended; last, how many
+    results repeat an earlier one's ``result_key``."""
+    reader = Reader(Path(name), strict=True, bulk=True, decoder=_decoder)
     results = list(reader.iterate(io.BytesIO(data)))
     numbers = reader.numbers
     first = numbers[0] if numbers else None
@@ -225,7 +183,7 @@ def _read_lines(
             header = found
         else:
             sessions.append((number, found))
-    return header, results, numbers, sessions, ended
+    return header, results, numbers, sessions, ended, reader.out.duplicates
 
 
 def _refuse_duplicates(path: str | None, results: list[Result], numbers: list[int] | None) -> None:

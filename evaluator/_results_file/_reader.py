@@ -295,6 +295,8 @@ class Reader:
     line included, raises the :class:`ResultsFileError` of :func:`diagnose`; headers are
     kept as written (version-checked by :func:`check_header`); ``decoder`` decodes
     result lines (a :class:`Result` subclass); :attr:`numbers` holds each result's line.
+    ``bulk`` (strict readers) decodes the lines between a first header and a run's end
+    line in one pass in C, and reads line by line only when one of them is not a result.
     """
 
     def __init__(
@@ -304,10 +306,12 @@ class Reader:
         on_result: Callable[[Result], None] | None = None,
         *,
         strict: bool = False,
+        bulk: bool = False,
         decoder: msgspec.json.Decoder[Any] | None = None,
     ) -> None:
         self.path = path
         self.strict = strict
+        self.bulk = bulk
         self.decoder = decoder
         #: The line number of each result line, in file order (strict readers only).
         self.numbers: list[int] = []
@@ -354,24 +358,63 @@ class Reader:
                 out.since_header = 0
 
     def _strict(self, fh: IO[bytes]) -> Iterator[Result]:
-        out = self.out
-        decode = (self.decoder or _result_decoder).decode
-        name = str(self.path)
         lines = fh.read().split(b"\n")
-        last = len(lines) - 1  # lines[last] follows the final newline (b"" normally)
-        for index, raw in enumerate(lines):
-            if not raw.strip():
-                continue
-            try:
-                record = decode(raw)
-            except (msgspec.DecodeError, RecursionError) as exc:
-                found = diagnose(name, index + 1, raw, exc, torn=index == last)
-                out.headers.append((index + 1, check_header(name, index + 1, found)))
-                continue
-            out.lines += 1
-            self.numbers.append(index + 1)
-            self._count(record)
-            yield record
+        if self.bulk:
+            bulk = self._bulk(lines)
+            if bulk is not None:
+                yield from bulk
+                return
+        for index in range(len(lines)):
+            yield from self._strict_line(lines, index)
+
+    def _strict_line(self, lines: list[bytes], index: int) -> Iterator[Result]:
+        """The result on ``lines[index]`` (none for a blank line or a header, which is
+        kept), or the error that names the line."""
+        raw = lines[index]
+        if not raw.strip():
+            return
+        out = self.out
+        name = str(self.path)
+        try:
+            record = (self.decoder or _result_decoder).decode(raw)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            # lines[-1] follows the final newline (b"" normally): only it can be torn.
+            found = diagnose(name, index + 1, raw, exc, torn=index == len(lines) - 1)
+            out.headers.append((index + 1, check_header(name, index + 1, found)))
+            return
+        out.lines += 1
+        self.numbers.append(index + 1)
+        self._count(record)
+        yield record
+
+    def _bulk(self, lines: list[bytes]) -> list[Result] | None:
+        """Every line between a first header line and a last one (a run's end line)
+        decoded in one pass in C, as results; None when any of them is not one (a blank
+        line, a later session's header, a bad line): the line by line read then finds
+        and names it, so this read needs no message of its own."""
+        lo, hi = 0, len(lines)
+        while hi > lo and not lines[hi - 1].strip():
+            hi -= 1  # the empty string after the final newline
+        first = lo < hi and lines[lo].startswith(HEADER_START)
+        lo += first
+        last = hi > lo and lines[hi - 1].startswith(HEADER_START)
+        hi -= last
+        try:
+            records = list(map((self.decoder or _result_decoder).decode, lines[lo:hi]))
+        except (msgspec.DecodeError, RecursionError):
+            return None
+        # A header is kept (or refused) and yields nothing; a result, as the first line.
+        head = list(self._strict_line(lines, 0)) if first else []
+        out = self.out
+        out.lines += len(records)
+        self.numbers.extend(range(lo + 1, hi + 1))
+        count = self._count
+        for record in records:
+            count(record)
+        if last:
+            # After the results, as the line by line read keeps it.
+            records.extend(self._strict_line(lines, hi))
+        return head + records if head else records
 
     def _torn(self, number: int, start: int, raw: bytes, record: Any, blank: bool) -> Torn:
         out = self.out

@@ -146,8 +146,10 @@ def report_command(
     reasons = regression_reasons(built) if fail_on_regression else []
     if json:
         payload = {
-            "summary": built.summary,
-            "baseline_summary": built.baseline_summary,
+            "summary": built.summary.fields(),
+            "baseline_summary": (
+                built.baseline_summary.fields() if built.baseline_summary is not None else None
+            ),
             "comparison": built.comparison,
             "regressions": [{"example_id": i, "difference": d} for i, d in built.regressions],
             "warnings": built.warnings,

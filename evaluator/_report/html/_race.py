@@ -202,7 +202,7 @@ def print_race(race: RaceResult, out: Any) -> None:
     for i in race.ranking:
         c = race.candidates[i]
         interval = "—" if c.low is None else f"[{c.low:.4f}, {c.high:.4f}]"
-        mean = "—" if c.mean is None else f"{c.mean:.4f}"
+        mean = score_(c.mean)
         dropped = "—" if c.dropped_round is None else f"round {c.dropped_round}"
         table.add_row(str(c.rank), plain(c.label), mean, interval, f"{c.examples:,}", dropped)
     out.print(table)

@@ -152,6 +152,33 @@ class TestRows:
         with pytest.raises(DatasetError, match="row 1: duplicate id 'a'"):
             list(examples_from_rows([{"id": "a", "input": {}}, {"id": "a", "input": {}}]))
 
+    def test_rows_position_meeting_an_id_names_both_rows(self) -> None:
+        """In memory, a position that meets an explicit id names both rows by position,
+        whichever came first."""
+        with pytest.raises(DatasetError, match="row 2 has no id, so its position 2 is its id"):
+            list(examples_from_rows([{"input": {}}, {"id": 2, "input": {}}, {"input": {}}]))
+        with pytest.raises(
+            DatasetError, match="row 0 has no id, so its position 0 is its id, and row 3"
+        ):
+            list(
+                examples_from_rows(
+                    [
+                        {"input": {}},
+                        *[{"id": f"x{i}", "input": {}} for i in range(2)],
+                        {"id": 0, "input": {}},
+                    ]
+                )
+            )
+
+    def test_a_json_list_names_its_items(self, tmp_path: Path) -> None:
+        """A JSON list's rows have no lines: a repeat names both items."""
+        path = tmp_path / "d.json"
+        path.write_text(
+            json.dumps([{"id": "a", "input": {}}, {"input": {}}, {"id": "a", "input": {}}])
+        )
+        with pytest.raises(DatasetError, match=r"duplicate id 'a' \(first at item 0\)"):
+            list(load_examples(path))
+
     @pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 5_000])
     def test_rows_nested_too_deep_are_refused_with_the_position(self, depth: int) -> None:
         """A row in memory nested past the limit (what a service parses from a request)

@@ -9,8 +9,8 @@ import pytest
 
 from evaluator import DatasetError
 from evaluator._data._dataset import Example, check_unique_ids
+from evaluator._data._seen_ids import SeenIds
 from evaluator._pipeline._flow import Source
-from evaluator._pipeline._seen_ids import SeenIds
 
 
 def chunk(ids: list[Any]) -> list[Example]:

@@ -1,4 +1,6 @@
-"""The ids a :class:`~evaluator._pipeline._flow.Source` has taken, for the duplicate check.
+"""The one store of ids taken, for the duplicate checks: a
+:class:`~evaluator._pipeline._flow.Source`'s (through
+:func:`~evaluator._data._dataset.check_unique_ids`) and a dataset's rows' (``_Unique``).
 
 :func:`~evaluator._data._dataset.check_unique_ids` keeps every id taken and its position,
 so that a repeat names both positions. In a dict that is about 110 bytes an example (an
