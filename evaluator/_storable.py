@@ -94,13 +94,24 @@ def encode_results(batch: Iterable[Result]) -> tuple[bytes, list[StoreChange]]:
         data = _encoder.encode_lines(results)
     except _ENCODE_ERRORS:
         data = None
-    if data is not None and not any(_suspect(r) for r in results):
+    if data is not None and not _any_suspect(results):
         return data, []
     lines: list[bytes] = []
     changes: list[StoreChange] = []
     for result in results:
         lines.append(_encode_one(result, changes))
     return b"".join(lines), changes
+
+
+def _any_suspect(results: list[Result]) -> bool:
+    """Whether any of ``results`` may hold a NaN or infinity: :func:`_suspect` over the
+    batch, with its common case (a plain output, no extra) tested inline, since a call
+    per result cost as much as encoding the result."""
+    simple = _SIMPLE
+    for result in results:
+        if (result.extra or type(result.output) not in simple) and _suspect(result):
+            return True
+    return False
 
 
 def _suspect(result: Result) -> bool:
