@@ -24,6 +24,7 @@ printing the report of what was done (the results already written are kept;
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -273,7 +274,8 @@ async def _main(
         # their model calls twice (but never twice for an id --resume already has).
         checked = [r for r in checked if r.example_id not in plan.done]
         plan.done.update(r.example_id for r in checked)
-        ending = await _evaluate(ev, options, plan, writer, checked)
+        with _frozen_heap():
+            ending = await _evaluate(ev, options, plan, writer, checked)
         interrupted = ending.cancelled is not None
         report = ev.build_report(plan.builder)
         if writer is not None and not writer.finish(
@@ -305,6 +307,20 @@ async def _main(
         print(f"skynet-eval run: error: {incomplete}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK if ending.write_error is None and page_ok else EXIT_FAILED
+
+
+@contextmanager
+def _frozen_heap() -> Iterator[None]:
+    """The objects alive when the stream starts (the dataset's examples, the engine's
+    modules) kept out of the cyclic garbage collector's scans until it ends: they live
+    for the whole run, and each full collection walked them all (0.2 s of a 100,000-row
+    inline run). What the run makes after is collected as usual; ``unfreeze`` gives the
+    rest back to the collector (``main`` may be called again in one process)."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def engine(
