@@ -549,6 +549,7 @@ def _count(
             rate_limited=models.rate_limited,
             cost=cost,
         ),
+        errors=plan.builder.n - plan.builder.ok,
         timed=timed,
     )
 
