@@ -26,9 +26,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import sys
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -450,89 +448,44 @@ async def _evaluate(
     live = sys.stderr.isatty() and not options.json
     total = plan.total * plan.repeat
     with RunProgress(total, _done_count(plan) - len(checked), live=live) as progress:
-        behind = _Behind(writer, partial(_count, progress=progress, plan=plan, ev=ev))
         try:
             if checked:  # made by the check, before the clock started
-                behind.add(checked, timed=False)
+                _handle(checked, progress, writer=writer, plan=plan, ev=ev, timed=False)
             for repeat in range(plan.repeat):
+                handle = partial(_handle, writer=writer, plan=plan, ev=ev, repeat=repeat)
                 todo = _todo(plan, repeat)
                 async with ev.stream(options.artifact, todo) as stream:
                     # Results arrive in chunks: write, count and display each at once.
                     async for batch in stream.batches():
-                        if repeat:
-                            for result in batch:
-                                result.repeat = repeat
-                        behind.add(batch)
-            await behind.drain()
+                        handle(batch, progress)
         except ResultsWriteError as exc:
             # The disk failed: leaving the stream cancels the rest. The file holds whole
             # lines only; the report says what was written, the error how to resume.
-            behind.settle()
             return _Ending(write_error=exc)
         except asyncio.CancelledError as exc:
             # A stop signal (the loop starter cancelled this task): what was written
             # stays in --output for --resume; the caller reports it, then lets the stop
             # go on.
-            behind.settle()
             return _Ending(cancelled=exc)
     return _Ending()
 
 
-class _Behind:
-    """The batches handed to the results file (:meth:`ResultsWriter.write_behind`) and
-    not yet known to be in it. A batch is counted (report, progress, ``--report``'s
-    copy) once its lines are in the file, so the report never counts a result the file
-    lacks; meanwhile the loop goes on: it never waits on the disk."""
-
-    def __init__(
-        self, writer: ResultsWriter | None, count: Callable[[Sequence[Result], bool], None]
-    ) -> None:
-        self.writer = writer
-        self.count = count
-        self.pending: deque[tuple[Future[Any], Sequence[Result], bool]] = deque()
-
-    def add(self, batch: Sequence[Result], *, timed: bool = True) -> None:
-        if self.writer is None:
-            self.count(batch, timed)
-            return
-        self.pending.append((self.writer.write_behind(batch), batch, timed))
-        self._count_written()
-
-    def _count_written(self) -> None:
-        while self.pending and self.pending[0][0].done():
-            future, batch, timed = self.pending.popleft()
-            future.result()  # a ResultsWriteError ends the run (the caller's)
-            self.count(batch, timed)
-
-    async def drain(self) -> None:
-        """Wait for every batch to be in the file, counting each."""
-        while self.pending:
-            # Shielded: a stop must not cancel a write queued behind the running one.
-            await asyncio.shield(asyncio.wrap_future(self.pending[0][0]))
-            self._count_written()
-
-    def settle(self) -> None:
-        """After a stop or a failed write: count each batch that did reach the file (a
-        wait of at most the writes queued; after a failure, none of them is written)."""
-        while self.pending:
-            future, batch, timed = self.pending.popleft()
-            try:
-                future.result()
-            except ResultsWriteError:
-                self.pending.clear()
-                return
-            self.count(batch, timed)
-
-
-def _count(
+def _handle(
     batch: Sequence[Result],
-    timed: bool,
-    *,
     progress: RunProgress,
+    *,
+    writer: ResultsWriter | None,
     plan: _Plan,
     ev: Evaluator,
+    timed: bool = True,
+    repeat: int = 0,
 ) -> None:
-    """One batch in the file: into the report, ``--report``'s copy and the progress."""
+    if repeat:
+        for result in batch:
+            result.repeat = repeat
+    # Written first: a result is counted in the report only once it is in the file.
+    if writer is not None:
+        writer.write(batch)
     plan.builder.add_many(batch, timed=timed)
     if plan.kept is not None:
         plan.kept.extend(batch)

@@ -15,9 +15,6 @@ cut short if the kill lands inside a write). The pieces, in the order a run uses
 - :meth:`ResultsWriter.write`: stores any value (the rule is :mod:`evaluator._storable`:
   what JSON cannot hold is replaced and reported, never a crash) and turns a failing
   disk into one :class:`ResultsWriteError` saying what was written and how to resume.
-  :meth:`ResultsWriter.write_behind` is the same write with the disk's part on the
-  writer's own thread: the caller encodes and goes on, and a future says when the lines
-  are in the file.
 - :func:`read_results` and :func:`done_ids` read a file back.
 """
 
@@ -28,10 +25,8 @@ import errno
 import io
 import os
 import sys
-import threading
 import warnings
 from collections.abc import Callable, Collection, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -113,9 +108,6 @@ class ResultsWriter:
         self._fh: Any = None  # a raw binary file (io.FileIO), or a stand-in in tests
         self._end = 0
         self._broken: ResultsWriteError | None = None
-        #: The thread of :meth:`write_behind`, started by its first call.
-        self._behind: ThreadPoolExecutor | None = None
-        self._behind_lock = threading.Lock()
 
     def __enter__(self) -> ResultsWriter:
         if self._fh is not None:  # opened by open_results: `with writer:` closes it after
@@ -177,62 +169,26 @@ class ResultsWriter:
         system allows, so the file holds whole lines only, and every later call raises
         the same error.
         """
-        encoded = self._encode(results)
-        self.flush()  # after any write_behind still on its way: the file keeps the order
-        return self._commit(*encoded)
-
-    def write_behind(self, results: Iterable[Result]) -> Future[list[StoreChange]]:
-        """:meth:`write`, with the disk's part on this writer's thread: ``results`` are
-        encoded now (so later changes to them are not written), and the returned future
-        is done when their lines are in the file, with the replacements made or the
-        :class:`ResultsWriteError`. Batches reach the file in the order given, each
-        whole; a failed one fails every later one, as :meth:`write` does. A run counts a
-        batch once its future is done: the loop never waits on the disk."""
-        encoded = self._encode(results)
-        with self._behind_lock:
-            if self._behind is None:
-                self._behind = ThreadPoolExecutor(1, thread_name_prefix="skynet-results")
-            return self._behind.submit(self._commit, *encoded)
-
-    def flush(self) -> None:
-        """Wait until every :meth:`write_behind` so far is in the file (or failed: its
-        future holds the error)."""
-        with self._behind_lock:
-            behind = self._behind
-            if behind is None:
-                return
-            last = behind.submit(lambda: None)
-        last.result()
-
-    def _encode(self, results: Iterable[Result]) -> tuple[bytes, int, list[StoreChange]]:
         if self._fh is None:
             raise RuntimeError("the results file is not open; use `with ResultsWriter(...)`")
         if self._broken is not None:
             raise self._failed(self._broken.cause)
         batch = results if isinstance(results, list) else list(results)
         if not batch:
-            return b"", 0, []
+            return []
         data, changes = encode_results(batch)
         if self._header is not None:
             data = _encode_header(self._header) + data
-            self._header = None
-        return data, len(batch), changes
-
-    def _commit(self, data: bytes, count: int, changes: list[StoreChange]) -> list[StoreChange]:
-        """Hand one encoded batch to the OS (the caller's thread, or the writer's)."""
-        if self._broken is not None:
-            raise self._failed(self._broken.cause)
-        if not count:
-            return []
         try:
             _write_all(self._fh, data)
         except OSError as exc:
             self._undo()
             self._broken = self._failed(exc)
             raise self._broken from exc
+        self._header = None
         self._end += len(data)
-        self.written += count
-        self.in_file += count
+        self.written += len(batch)
+        self.in_file += len(batch)
         if changes:
             self.changed += len(changes)
             room = _KEEP_CHANGES - len(self.changes)
@@ -244,8 +200,6 @@ class ResultsWriter:
         read by ``skynet-eval report``): a header with this run's fingerprints and
         ``ended``. Nothing when this writer wrote no result, knows no fingerprints, or
         its file failed; False when the line could not be written (the results stand)."""
-        with contextlib.suppress(ResultsWriteError):
-            self.flush()
         if self._fh is None or self._broken is not None or not self.written:
             return True
         if self.fingerprints is None:
@@ -276,11 +230,7 @@ class ResultsWriter:
         self._end += len(data)
 
     def close(self) -> None:
-        """Wait for the writes behind, then close the file and release its lock."""
-        with self._behind_lock:
-            behind, self._behind = self._behind, None
-        if behind is not None:
-            behind.shutdown(wait=True)
+        """Close the file and release its lock."""
         if self._fh is not None:
             fh, self._fh = self._fh, None
             fh.close()

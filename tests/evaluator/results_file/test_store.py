@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import json
 import multiprocessing
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -228,63 +227,6 @@ class TestResultsWriter:
         assert writer.changed == 1 and writer.changes == changes
         (back,) = read_results(path)
         assert back.score == 1.0 and back.output == {"skynet_unstored": "complex", "repr": "2j"}
-
-
-class TestWriteBehind:
-    """ResultsWriter.write_behind: the disk's part on the writer's thread."""
-
-    def test_batches_reach_the_file_in_order_and_read_back(self, tmp_path: Path) -> None:
-        """Each future is done once its lines are in the file, batches in the order
-        given (a plain write after them too), and the file reads back equal."""
-        path = tmp_path / "r.jsonl"
-        batches = [_results(range(i * 5, i * 5 + 5)) for i in range(6)]
-        with ResultsWriter(path) as writer:
-            futures = [writer.write_behind(batch) for batch in batches[:5]]
-            writer.write(batches[5])
-            assert all(f.done() and f.result() == [] for f in futures)
-            assert writer.written == 30
-        assert list(read_results(path)) == [r for batch in batches for r in batch]
-
-    def test_encoded_when_handed_over(self, tmp_path: Path) -> None:
-        """A result changed after write_behind returned is written as it was then."""
-        path = tmp_path / "r.jsonl"
-        result = Result(example_id="a", score=1.0)
-        with ResultsWriter(path) as writer:
-            future = writer.write_behind([result])
-            result.score = 0.0
-            future.result()
-        assert [r.score for r in read_results(path)] == [1.0]
-
-    def test_a_failed_batch_fails_the_later_ones_and_keeps_whole_lines(
-        self, tmp_path: Path
-    ) -> None:
-        """A disk error in the thread is the batch's future's ResultsWriteError (with
-        the counts); the half-written batch is cut off and every later write fails."""
-        path = tmp_path / "r.jsonl"
-        with ResultsWriter(path) as writer:
-            writer.write_behind(_results(range(3))).result()
-            writer._fh = Failing(writer._fh, errno.ENOSPC, allow=50)
-            failed = writer.write_behind(_results(range(3, 6)))
-            later = writer.write_behind(_results(range(6, 9)))
-            with pytest.raises(ResultsWriteError) as info:
-                failed.result()
-            assert (info.value.written, info.value.in_file) == (3, 3)
-            with pytest.raises(ResultsWriteError):
-                later.result()
-            with pytest.raises(ResultsWriteError):
-                writer.write_behind(_results(range(9, 10)))
-        assert path.read_bytes().endswith(b"\n")
-        assert [r.example_id for r in read_results(path)] == _ids(3)
-
-    def test_close_waits_for_the_writes(self, tmp_path: Path) -> None:
-        """Closing the writer waits for the batches still on their way, then stops its
-        thread: nothing is left running and every line is in the file."""
-        path = tmp_path / "r.jsonl"
-        with ResultsWriter(path) as writer:
-            futures = [writer.write_behind(_results(range(i, i + 1))) for i in range(50)]
-        assert all(f.done() for f in futures)
-        assert not any(t.name.startswith("skynet-results") for t in threading.enumerate())
-        assert len(list(read_results(path))) == 50
 
 
 class TestResultLines:
