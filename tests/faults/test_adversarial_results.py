@@ -10,6 +10,7 @@ one file, a tmpfs that fills up.
 
 from __future__ import annotations
 
+import decimal
 import errno
 import json
 import math
@@ -99,9 +100,10 @@ def _plainly_encodable(result: Result) -> bool:
 
 
 def _lossy(value: Any) -> bool:
-    """Whether ``value`` holds a NaN, an infinity or a Custom (looked at, not at its
-    repr: the text or the bytes ``NaN`` are stored as they are)."""
-    if isinstance(value, float):
+    """Whether ``value`` holds a NaN or an infinity (a float's or a Decimal's) or a
+    Custom: looked at, not at its repr (the text or the bytes ``NaN`` are stored as they
+    are)."""
+    if isinstance(value, float | decimal.Decimal):
         return not math.isfinite(value)
     if isinstance(value, Custom):
         return True
