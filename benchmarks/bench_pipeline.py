@@ -19,7 +19,7 @@
    them (the run after its contract check), against ``evaluate_many`` on a fresh
    Evaluator that first ran the same 3 examples (paying the same start). Target: CLI at
    least 0.8 of the library. One sample swings with the machine's load, so each cell runs
-   ``--pairs`` pairs (3; 1 with ``--smoke``), library and CLI back to back, the order
+   ``--pairs`` pairs (5; 1 with ``--smoke``), library and CLI back to back, the order
    alternating from pair to pair, and prints the median of the pairs' ratios with their
    min-max. Beside it, the command's whole wall time (interpreter, imports, the one read of
    the dataset, the results file) as examples/s end to end (the median).
@@ -363,14 +363,14 @@ def main(argv: list[str] | None = None) -> int:
         "--pairs",
         type=int,
         default=None,
-        help="4: library/CLI pairs per cell (default 3; 1 with --smoke)",
+        help="4: library/CLI pairs per cell (default 5; 1 with --smoke)",
     )
     args = parser.parse_args(argv)
     n_cheap, n_memory, n_calls = (
         (20_000, 100_000, 200) if args.smoke else (200_000, 1_000_000, 2_000)
     )
     cli_sizes = (20_000,) if args.smoke else (100_000, 300_000)
-    pairs = args.pairs if args.pairs is not None else (1 if args.smoke else 3)
+    pairs = args.pairs if args.pairs is not None else (1 if args.smoke else 5)
     if pairs < 1:
         parser.error(f"--pairs must be 1 or more, got {pairs}")
     with tempfile.TemporaryDirectory() as tmp:
