@@ -94,13 +94,24 @@ def encode_results(batch: Iterable[Result]) -> tuple[bytes, list[StoreChange]]:
         data = _encoder.encode_lines(results)
     except _ENCODE_ERRORS:
         data = None
-    if data is not None and not any(_suspect(r) for r in results):
+    if data is not None and not _any_suspect(results):
         return data, []
     lines: list[bytes] = []
     changes: list[StoreChange] = []
     for result in results:
         lines.append(_encode_one(result, changes))
     return b"".join(lines), changes
+
+
+def _any_suspect(results: list[Result]) -> bool:
+    """Whether any of ``results`` may hold a NaN or infinity: :func:`_suspect` over the
+    batch, with its common case (a plain output, no extra) tested inline, since a call
+    per result cost as much as encoding the result."""
+    simple = _SIMPLE
+    for result in results:
+        if (result.extra or type(result.output) not in simple) and _suspect(result):
+            return True
+    return False
 
 
 def _suspect(result: Result) -> bool:
@@ -134,6 +145,21 @@ def _has_nonfinite(value: Any) -> bool:
     return False
 
 
+#: Each field's default, or the empty container its default makes: what a line leaves out.
+_DEFAULTS: dict[str, tuple[Any, Any]] = {
+    f.name: (f.default, f.default_factory) for f in msgspec.structs.fields(Result)
+}
+
+
+def _left_out(name: str, value: Any) -> bool:
+    """Whether msgspec leaves ``value`` out of a result line (``omit_defaults``): the
+    field's default object itself, or an empty container where the default is one."""
+    default, factory = _DEFAULTS[name]
+    if value is default:
+        return True
+    return factory is not msgspec.NODEFAULT and type(value) is factory and not value
+
+
 def _encode_one(result: Result, changes: list[StoreChange]) -> bytes:
     try:
         line = _encoder.encode(result)
@@ -146,7 +172,7 @@ def _encode_one(result: Result, changes: list[StoreChange]) -> bytes:
     fields: dict[str, Any] = {"example_id": example_id}
     for name in Result.__struct_fields__[1:]:
         value = getattr(result, name)
-        if value is msgspec.UNSET:  # not written, as msgspec leaves it out (`repeat`)
+        if value is msgspec.UNSET or _left_out(name, value):  # as msgspec leaves them out
             continue
         if isinstance(value, msgspec.Struct):
             value = msgspec.to_builtins(value, str_keys=True)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import msgspec
 import pytest
 
 T = TypeVar("T")
@@ -89,3 +90,26 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
     def time(self) -> float:
         return self._now
+
+
+def result_rows(path: Path) -> list[dict[str, Any]]:
+    """The result lines of a results file as JSON-like dicts holding every field: read
+    through the engine's reader (a line leaves out the fields at their defaults, which
+    reading fills back), so a test sees what was stored, not how it was spelt."""
+    from evaluator._results_file._store import read_results
+
+    return [_every_field(result) for result in read_results(path, repair=False)]
+
+
+def _every_field(value: Any) -> Any:
+    if isinstance(value, msgspec.Struct):
+        return {
+            name: _every_field(getattr(value, name))
+            for name in value.__struct_fields__
+            if getattr(value, name) is not msgspec.UNSET
+        }
+    if isinstance(value, list | tuple):
+        return [_every_field(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _every_field(item) for key, item in value.items()}
+    return value

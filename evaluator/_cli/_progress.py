@@ -104,14 +104,15 @@ class RunProgress:
         )
 
     def advance(
-        self, results: Sequence[Result], models: ModelCounts, *, timed: bool = True
+        self, results: Sequence[Result], models: ModelCounts, *, errors: int, timed: bool = True
     ) -> None:
-        """Count ``results`` as done; ``models`` is the run's model calls so far.
-        ``timed`` False: made before this display started (the contract check's), so
-        done but not in the rate (they were not instant)."""
+        """Count ``results`` as done; ``models`` is the run's model calls so far and
+        ``errors`` its errors (the report's count: the progress does not count them a
+        second time). ``timed`` False: made before this display started (the contract
+        check's), so done but not in the rate (they were not instant)."""
         self.done += len(results)
         self.new += len(results) if timed else 0
-        self.errors += sum(1 for r in results if r.error is not None)
+        self.errors = errors
         self.models = models
         if self._bar is not None and self._task is not None:
             self._bar.update(self._task, completed=self.done, info=self._info())

@@ -24,6 +24,7 @@ printing the report of what was done (the results already written are kept;
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -273,7 +274,8 @@ async def _main(
         # their model calls twice (but never twice for an id --resume already has).
         checked = [r for r in checked if r.example_id not in plan.done]
         plan.done.update(r.example_id for r in checked)
-        ending = await _evaluate(ev, options, plan, writer, checked)
+        with _frozen_heap():
+            ending = await _evaluate(ev, options, plan, writer, checked)
         interrupted = ending.cancelled is not None
         report = ev.build_report(plan.builder)
         if writer is not None and not writer.finish(
@@ -305,6 +307,20 @@ async def _main(
         print(f"skynet-eval run: error: {incomplete}", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK if ending.write_error is None and page_ok else EXIT_FAILED
+
+
+@contextmanager
+def _frozen_heap() -> Iterator[None]:
+    """The objects alive when the stream starts (the dataset's examples, the engine's
+    modules) kept out of the cyclic garbage collector's scans until it ends: they live
+    for the whole run, and each full collection walked them all (0.2 s of a 100,000-row
+    inline run). What the run makes after is collected as usual; ``unfreeze`` gives the
+    rest back to the collector (``main`` may be called again in one process)."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def engine(
@@ -406,6 +422,11 @@ def _todo(plan: _Plan, repeat: int = 0) -> Iterator[Example]:
     done = plan.done if not repeat else plan.done_repeats.get(repeat, set())
     if not done:
         return iter(plan.examples)
+    head = len(done)
+    if head <= len(plan.examples) and all(ex.id in done for ex in plan.examples[:head]):
+        # The done ones are the first examples (the contract check's, a run stopped
+        # early): the rest as a list slice, not a test per example in Python.
+        return iter(plan.examples[head:])
     return (ex for ex in plan.examples if ex.id not in done)
 
 
@@ -481,6 +502,7 @@ def _handle(
             rate_limited=models.rate_limited,
             cost=cost,
         ),
+        errors=plan.builder.n - plan.builder.ok,
         timed=timed,
     )
 

@@ -310,6 +310,9 @@ def _resume(
     on_result: Callable[[Result], None] | None,
 ) -> Resumed:
     path = writer.path
+    if writer._end == 0:
+        # A new (or empty) file: nothing to read, nor the dataset's ids to index for it.
+        return Resumed(set())
     info = scan(path, writer._fh, dataset_ids=dataset_ids)
     if info.lines == 0:
         # Nothing to resume: empty, or the header of a run that wrote no result.

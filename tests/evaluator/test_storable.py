@@ -144,6 +144,21 @@ class TestEncodeResults:
         assert back[0] == batch[0] and back[2] == batch[2] and len(changes) == 1
 
 
+class TestDefaultsLeftOut:
+    def test_the_careful_path_leaves_out_what_msgspec_does(self) -> None:
+        """A result the careful path writes (a value of another class is looked into)
+        spells the same line as msgspec: its default fields left out, others kept."""
+        for result in (
+            Result(example_id=0, score=1.0, output=decimal.Decimal("1.5")),
+            Result(example_id=1, score=0.0, scores={}, output=b"x", extra={"a": (0.0,)}),
+        ):
+            data, changes = encode_results([result])
+            assert changes == []
+            assert data == msgspec.json.encode(result) + b"\n"
+        data, _ = encode_results([Result(example_id=0, score=1.0, output=b"x")])
+        assert msgspec.json.decode(data) == {"example_id": 0, "score": 1.0, "output": "eA=="}
+
+
 class TestPrintableId:
     def test_ids(self) -> None:
         """Ints stay, strings lose lone surrogates, other ids become their repr."""

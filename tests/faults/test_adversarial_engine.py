@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from evaluator._call._results import Result
 from evaluator._data._dataset import Example
 from evaluator._pipeline import Evaluator
-from tests._helpers import PROCESS, write
+from tests._helpers import PROCESS, result_rows, write
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -709,8 +709,7 @@ class TestEveryExampleHasItsResult:
             "thread",
         )
         assert done.returncode == 0, done.stderr
-        lines = [json.loads(x) for x in out.read_text().splitlines()]
-        rows = [x for x in lines if "example_id" in x]
+        rows = result_rows(out)
         assert sorted(x["example_id"] for x in rows) == list(range(200))
         errors = [x for x in rows if x["error"] is not None]
         assert len(errors) == 5 and all(e["error"]["kind"] == "program_error" for e in errors)

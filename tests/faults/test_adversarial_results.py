@@ -10,8 +10,10 @@ one file, a tmpfs that fills up.
 
 from __future__ import annotations
 
+import decimal
 import errno
 import json
+import math
 import multiprocessing
 import os
 import subprocess
@@ -94,8 +96,22 @@ def _plainly_encodable(result: Result) -> bool:
         msgspec.json.encode(result)
     except (TypeError, ValueError, RecursionError):
         return False
-    text = repr((result.output, result.extra)).lower()
-    return "nan" not in text and "inf" not in text and "custom()" not in text
+    return not _lossy((result.output, result.extra))
+
+
+def _lossy(value: Any) -> bool:
+    """Whether ``value`` holds a NaN or an infinity (a float's or a Decimal's) or a
+    Custom: looked at, not at its repr (the text or the bytes ``NaN`` are stored as they
+    are)."""
+    if isinstance(value, float | decimal.Decimal):
+        return not math.isfinite(value)
+    if isinstance(value, Custom):
+        return True
+    if isinstance(value, dict):
+        return any(_lossy(k) or _lossy(v) for k, v in value.items())
+    if isinstance(value, list | tuple | frozenset):
+        return any(_lossy(v) for v in value)
+    return False
 
 
 class TestAnyValue:
@@ -332,7 +348,11 @@ class TestDiskFailures:
         """Whichever byte the disk fails at, the error counts what was written, the file
         holds exactly those whole lines, and a resume reads every one."""
         path = tmp_path_factory.mktemp("r") / "results.jsonl"
-        batches = [[Result(example_id=b * 10 + i, score=1.0) for i in range(4)] for b in range(5)]
+        # 20 lines of about 165 bytes: more than the largest `allow`, so the disk always fails.
+        batches = [
+            [Result(example_id=b * 10 + i, score=1.0, feedback="x" * 120) for i in range(4)]
+            for b in range(5)
+        ]
         writer, _ = open_results(path, fingerprints=None)
         with writer:
             writer._fh = Failing(writer._fh, code, allow)

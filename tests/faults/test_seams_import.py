@@ -36,6 +36,7 @@ import pytest
 from evaluator._call._loader import load_metric, load_program
 from evaluator._exceptions import ContractError
 from evaluator._pipeline import Evaluator
+from tests._helpers import result_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Every run of the command line is stopped after this long: a hang fails, not blocks.
@@ -162,8 +163,7 @@ class TestShadowingModules:
         )
         assert done.returncode == 0, done.stderr
         assert "was imported" not in done.stdout + done.stderr
-        rows = [json.loads(line) for line in out.read_text().splitlines()]
-        results = [r for r in rows if "example_id" in r]
+        results = result_rows(out)
         assert len(results) == 5 and all(r["error"] is None for r in results)
 
     @pytest.mark.parametrize("form", ["file", "package"])

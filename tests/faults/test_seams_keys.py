@@ -44,6 +44,7 @@ from evaluator._scrub import ResultScrubber
 from llm_client import ModelClient, ModelConfig, ModelConfigError, Redactor
 from llm_client._redact import FRAGMENT_MIN, REDACTED, SUBSTRING_MIN
 from llm_client._usage import MAX_TOKENS
+from tests._helpers import result_rows
 
 KEY = "sk-seam-" + "Qw7Er4Ty1Ui9Op3As6Df2Gh5Jk8Lz0Xc"
 OTHER = "sk-other-" + "Mn4Bv7Cx1Za9Sd3Fg6Hj2Kl5Po8Iu0Yt"
@@ -466,8 +467,7 @@ class TestKeysInSuccessfulReplies:
         finally:
             provider.echo = False
         assert f"Bearer {KEY}" in provider.auths()  # the key was sent, and echoed
-        lines = [json.loads(line) for line in out.read_text().splitlines()]
-        rows = [r for r in lines if "example_id" in r]  # past the header lines
+        rows = result_rows(out)  # past the header lines
         assert len(rows) == 3 and all(r["error"] is None for r in rows)
         assert "PASS. Your headers" in rows[0]["output"]["reply"]  # the reply is kept...
         assert REDACTED in rows[0]["feedback"]  # ...with the key taken out

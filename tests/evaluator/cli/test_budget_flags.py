@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from evaluator._cli import main
+from tests._helpers import result_rows
 
 ROOT = Path(__file__).resolve().parents[3]
 JUDGE = ROOT / "examples" / "metrics" / "judge.py"
@@ -34,8 +35,7 @@ def _args(out: Path, *extra: str) -> list[str]:
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [r for r in rows if "skynet_eval_results" not in r]
+    return result_rows(path)
 
 
 def test_max_calls_and_max_cost_bound_the_run(

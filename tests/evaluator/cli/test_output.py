@@ -44,7 +44,7 @@ class TestRunProgress:
             Result(example_id=2, score=0.0, error=ErrorInfo("metric_error", "boom")),
         ]
         with RunProgress(total=10, done=2, live=False) as progress:
-            progress.advance(results, ModelCounts(calls=3, rate_limited=1, cost=None))
+            progress.advance(results, ModelCounts(calls=3, rate_limited=1, cost=None), errors=1)
         out, err = capsys.readouterr()
         assert out == ""
         line = err.strip().splitlines()[-1]
@@ -54,8 +54,10 @@ class TestRunProgress:
     def test_known_cost_in_dollars(self, capsys: pytest.CaptureFixture[str]) -> None:
         """A measured cost is shown in dollars; no model calls, no model figures."""
         with RunProgress(total=1, done=0, live=False) as progress:
-            progress.advance([Result(example_id=1, score=1.0)], ModelCounts(calls=2, cost=0.5))
+            progress.advance(
+                [Result(example_id=1, score=1.0)], ModelCounts(calls=2, cost=0.5), errors=0
+            )
         assert "$0.5000" in capsys.readouterr().err
         with RunProgress(total=1, done=0, live=False) as progress:
-            progress.advance([Result(example_id=1, score=1.0)], ModelCounts())
+            progress.advance([Result(example_id=1, score=1.0)], ModelCounts(), errors=0)
         assert "model calls" not in capsys.readouterr().err

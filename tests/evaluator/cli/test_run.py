@@ -19,7 +19,7 @@ import pytest
 
 from evaluator._cli import main
 from llm_client import Simulator, SimulatorConfig
-from tests._helpers import PROCESS
+from tests._helpers import PROCESS, result_rows
 
 ROOT = Path(__file__).resolve().parents[3]
 CLASSIFY = ROOT / "examples" / "classify"
@@ -53,8 +53,8 @@ def lines_of(path: Path) -> list[dict[str, Any]]:
 
 
 def results(path: Path) -> list[dict[str, Any]]:
-    """The result lines of a results file (header lines skipped)."""
-    return [row for row in lines_of(path) if HEADER_KEY not in row]
+    """The result lines of a results file (header lines skipped), every field filled."""
+    return result_rows(path)
 
 
 def _cli(*args: str) -> list[str]:

@@ -14,6 +14,7 @@ from evaluator._cli import main
 from evaluator._cli._options import ModelRequest, ServingOptions
 from evaluator._cli._serving import Serving
 from llm_client import LLMError, ModelClient, ModelConfig, ModelSettings, SimulatorConfig
+from tests._helpers import result_rows
 
 ROOT = Path(__file__).resolve().parents[3]
 JUDGES = ROOT / "examples" / "judges"
@@ -165,8 +166,7 @@ class TestBothCommands:
             extra.append("--json")
         assert main(_argv(command, *extra)) == 0, capsys.readouterr().err
         if command == "run":
-            lines = [json.loads(line) for line in out.read_text().splitlines()]
-            rows = [row for row in lines if "skynet_eval_results" not in row]  # not the header
+            rows = result_rows(out)  # not the header
             assert len(rows) == 40 and all(r["judge"]["llm_calls"] == 1 for r in rows)
         else:
             report = json.loads(out.read_text())

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from evaluator._call._results import ErrorInfo, Observation, Result
+from evaluator._call._results import ErrorInfo, Observation, Result, Usage
 from evaluator._exceptions import (
     ConfigError,
     NotAResultsFile,
@@ -26,6 +26,19 @@ from evaluator._results_file._store import (
     done_ids,
     open_results,
     read_results,
+)
+
+#: A score-only result line as skynet-eval wrote it before it left defaults out.
+OLD_LINE = (
+    '{"example_id":0,"score":0.0,"scores":{},"feedback":"Expected \'a\', got \'b\'."'
+    ',"error":null,"observation":{"input_tokens":0,"output_tokens":0'
+    ',"cached_tokens":0,"reasoning_tokens":0,"duration_ms":null,"queued_ms":0.0'
+    ',"cost_usd":null,"llm_calls":0,"retries":0,"rate_limited":0'
+    ',"notes":["time not measured: score-only run (no program)"'
+    ',"cost not measured: score-only run (no program)"]},"judge":{"input_tokens":0'
+    ',"output_tokens":0,"cached_tokens":0,"reasoning_tokens":0,"llm_calls":0'
+    ',"cost_usd":0.0,"queued_ms":0.0,"retries":0,"rate_limited":0,"notes":[]}'
+    ',"metric_ms":0.00699,"output":"b","extra":{},"cached":false}'
 )
 
 
@@ -214,6 +227,62 @@ class TestResultsWriter:
         assert writer.changed == 1 and writer.changes == changes
         (back,) = read_results(path)
         assert back.score == 1.0 and back.output == {"skynet_unstored": "complex", "repr": "2j"}
+
+
+class TestResultLines:
+    """A result line leaves out the fields at their defaults; every reader fills them."""
+
+    def test_defaults_are_left_out_and_read_back(self, tmp_path: Path) -> None:
+        """A result of defaults is written as its id and score, and reads back equal."""
+        path = tmp_path / "r.jsonl"
+        plain = Result(example_id="a", score=1.0)
+        with ResultsWriter(path) as writer:
+            writer.write([plain])
+        assert json.loads(path.read_bytes()) == {"example_id": "a", "score": 1.0}
+        assert list(read_results(path)) == [plain]
+
+    def test_values_equal_to_a_default_are_kept(self, tmp_path: Path) -> None:
+        """Only a field that is its default is left out: -0.0, 0 and empty values the
+        program made stay as they were, and every other field round-trips."""
+        path = tmp_path / "r.jsonl"
+        full = Result(
+            example_id=0,
+            score=-0.0,
+            scores={"a": 0.0},
+            feedback="f",
+            error=ErrorInfo("metric_error", "m"),
+            observation=Observation(duration_ms=0.0, queued_ms=-0.0, cost_usd=None, notes=("n",)),
+            judge=Usage(input_tokens=3, llm_calls=1, cost_usd=0.25),
+            metric_ms=0.0,
+            output=[],
+            extra={"k": None},
+            cached=True,
+            repeat=2,
+        )
+        with ResultsWriter(path) as writer:
+            writer.write([full])
+        (back,) = read_results(path)
+        assert back == full
+        assert str(back.score) == "-0.0" and str(back.observation.queued_ms) == "-0.0"
+
+    def test_a_line_with_every_field_reads_the_same(self, tmp_path: Path) -> None:
+        """A line that spells out every field (as files were written before defaults
+        were left out) reads back equal to the same result written now, resumed too."""
+        old = tmp_path / "old.jsonl"
+        old.write_text(OLD_LINE + "\n")
+        (result,) = read_results(old)
+        new = tmp_path / "new.jsonl"
+        with ResultsWriter(new) as writer:
+            writer.write([result])
+        assert len(new.read_bytes()) < len(OLD_LINE) / 2
+        assert list(read_results(new)) == [result]
+        assert result.observation.notes and result.judge == Usage() and result.error is None
+        seen: list[Result] = []
+        writer, resumed = open_results(
+            old, fingerprints=None, resume=True, dataset_ids=[0], on_result=seen.append
+        )
+        writer.close()
+        assert resumed.done_ids == {0} and seen == [result]
 
 
 class TestOpenResults:
