@@ -34,7 +34,7 @@ from typing import Any
 
 import msgspec
 
-from .._call._results import Observation, Result, Usage, example_key, result_key
+from .._call._results import Result, example_key, result_key
 from .._exceptions import ResultsFileError
 from .._fingerprint import HEADER_KEY
 from ._reader import Reader
@@ -50,33 +50,16 @@ __all__ = [
 _BOM = b"\xef\xbb\xbf"
 
 
-class _Observation(Observation, frozen=True, omit_defaults=True, gc=False):
-    """An :class:`Observation` that leaves its default fields out when encoded."""
-
-
-class _Usage(Usage, frozen=True, omit_defaults=True, gc=False):
-    """A :class:`Usage` that leaves its default fields out when encoded."""
-
-
-class ReportLine(Result, omit_defaults=True, gc=False):
+class ReportLine(Result, gc=False):
     """A result as read for a report: a :class:`Result`, plus the example's ``input`` and
     ``expected`` when the line carries them (``msgspec.UNSET`` when it does not).
 
-    It and its parts encode without their default fields: the page carries every example
+    Like a result, it encodes without its default fields: the page carries every example
     whole, and a zero token count repeated 100,000 times is only weight.
     """
 
-    observation: Observation = _Observation()
-    judge: Usage = _Usage()
     input: Any = msgspec.UNSET
     expected: Any = msgspec.UNSET
-
-
-class _DecodedLine(ReportLine, gc=False):
-    """The decoding type: the parts are decoded as their compact forms."""
-
-    observation: _Observation = _Observation()
-    judge: _Usage = _Usage()
 
 
 class ResultsFile(msgspec.Struct, kw_only=True):
@@ -114,7 +97,7 @@ class ResultsFile(msgspec.Struct, kw_only=True):
         return out
 
 
-_decoder = msgspec.json.Decoder(_DecodedLine)
+_decoder = msgspec.json.Decoder(ReportLine)
 
 
 def load_results_file(path: str | PathLike[str]) -> ResultsFile:
