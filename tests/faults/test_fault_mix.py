@@ -167,7 +167,9 @@ class TestJudgeAccounting:
                 timeout=5.0,
                 execution="thread",
                 program_execution="thread",
-                models=judge.models(),
+                # No hang among these faults: a timeout a loaded machine cannot reach,
+                # so that only the planted faults fail.
+                models=judge.models(timeout=10.0),
             ) as ev,
         ):
             report = await ev.evaluate({"faults": True, "hang_s": 1.0}, rows)
