@@ -24,7 +24,7 @@ from .._exceptions import InvalidReturn
 from . import _failures as failures
 from ._context import CallContext, LLMBridge, Stage, _current
 from ._contract import validate_return
-from ._copy import private_artifact, private_copy
+from ._copy import ATOMS, private_artifact, private_copy, unread_arguments
 from ._loader import UserFunction
 from ._results import ErrorInfo, Observation
 
@@ -190,16 +190,35 @@ class ThreadContext:
     copy at each read, made only when the call reads it (most calls never do): a call
     that forces a field of what it got changes its copy, not the engine's record nor the
     next call's view.
+
+    :attr:`llm` is the call's bridge; with ``make_bridge`` (a thread pool's), it is made
+    when the call first asks for it, not for every call: most calls never do, and a
+    bridge per call cost an exact-match metric a twentieth of its time.
     """
 
-    __slots__ = ("_observation", "example_id", "llm", "private", "stage")
+    __slots__ = ("_llm", "_observation", "example_id", "make_bridge", "private", "stage")
 
     def __init__(self, stage: Stage, *, private: bool = False) -> None:
         self.example_id: Any = None
         self.stage: Stage = stage
         self._observation: Observation | None = None
-        self.llm: Any = None
+        self._llm: Any = None
         self.private = private
+        #: Makes the running call's bridge on the first read of :attr:`llm` (None: the
+        #: bridge set per call is the one).
+        self.make_bridge: Callable[[], LLMBridge] | None = None
+
+    @property
+    def llm(self) -> Any:
+        """The running call's :class:`LLMBridge`, or None when it can call no model."""
+        bridge = self._llm
+        if bridge is None and self.make_bridge is not None:
+            bridge = self._llm = self.make_bridge()
+        return bridge
+
+    @llm.setter
+    def llm(self, bridge: Any) -> None:
+        self._llm = bridge
 
     @property
     def observation(self) -> Observation | None:
@@ -220,22 +239,25 @@ class SyncInvoker:
     Every executor that runs sync user code (the thread pool, the inline thread, a
     worker process) calls it per call, so what a call is, how it is timed and how its
     failure is named is defined once. :meth:`score` and :meth:`run` take a call's fields
-    (a worker process runs them straight from the received row, without building the
-    struct); :attr:`invoke` takes the struct and is the one matching the stage.
-    ``started`` is read by the caller (which publishes it to its watchdog first) with
-    the engine's clock.
+    (a worker process runs them straight from the received row, and a thread from the
+    call struct, without a frame in between); :attr:`invoke` takes the struct and is the
+    one matching the stage. ``started`` is read by the caller (which publishes it to its
+    watchdog first) with the engine's clock.
 
     ``private``: the executor shares the engine's memory (a thread), so each call gets
     its own copy of the example's data (``evaluator._call._copy.private_copy``) and of its
     observation: a function that edits its arguments changes neither the example (the
     next candidate's call, the metric after the program, what a reflection is shown)
-    nor what the engine recorded. A worker process receives pickled copies already.
+    nor what the engine recorded. A worker process receives pickled copies already. An
+    argument the function never reads (``_copy.unread_arguments``: an exact-match
+    metric's ``input``) is passed as it is, and a value that cannot change (``ATOMS``)
+    is never copied.
 
     A user exception becomes the call's outcome (``SystemExit`` too); other
     ``BaseException`` s propagate, for the executor to handle.
     """
 
-    __slots__ = ("_ctx", "_fn", "_private", "_three", "fn", "invoke", "stage")
+    __slots__ = ("_copies", "_ctx", "_fn", "_private", "_three", "fn", "invoke", "stage")
 
     def __init__(self, fn: UserFunction, stage: Stage, *, private: bool = False) -> None:
         self.fn = fn
@@ -243,6 +265,10 @@ class SyncInvoker:
         self._fn = fn.fn
         self._three = fn.arity == 3
         self._private = private
+        #: Per argument (artifact, input; or input, output, expected), whether it gets a
+        #: private copy: not when the function never reads it.
+        unread = unread_arguments(fn.fn, 2 if stage == "run" else fn.arity)
+        self._copies = tuple(private and not u for u in (*unread, True, True))[:3]
         self._ctx = ThreadContext(stage, private=private)
         #: ``invoke(call, bridge, started) -> Outcome`` for this stage's call struct.
         self.invoke: Callable[[Any, LLMBridge | None, int], Outcome] = (
@@ -268,16 +294,25 @@ class SyncInvoker:
         bridge: LLMBridge | None,
         started: int,
         clock: Any = perf_counter_ns,
+        atoms: frozenset[type] = ATOMS,
     ) -> Outcome:
         """Call ``score`` on one example and check its return value against the contract."""
         ctx = self._ctx
         ctx.example_id = example_id
-        ctx.llm = bridge
+        ctx._llm = bridge
         ctx._observation = observation
         if self._private:
-            input, output = private_copy(input), private_copy(output)
-            expected = private_copy(expected)
-            started = clock()  # the copies are the engine's work, not the call's time
+            # Inline, not a loop: this is the engine's cost per example of a cheap metric.
+            copy_input, copy_output, copy_expected = self._copies
+            copied = False
+            if copy_input and type(input) not in atoms:
+                input, copied = private_copy(input), True
+            if copy_output and type(output) not in atoms:
+                output, copied = private_copy(output), True
+            if copy_expected and type(expected) not in atoms:
+                expected, copied = private_copy(expected), True
+            if copied:
+                started = clock()  # the copies are the engine's work, not the call's time
         try:
             raw = self._fn(input, output, expected) if self._three else self._fn(input, output)
         except (Exception, SystemExit) as exc:
@@ -299,15 +334,22 @@ class SyncInvoker:
         bridge: LLMBridge | None,
         started: int,
         clock: Any = perf_counter_ns,
+        atoms: frozenset[type] = ATOMS,
     ) -> Outcome:
         """Call ``run`` on one example; its return value is the output, whatever it is."""
         ctx = self._ctx
         ctx.example_id = example_id
         ctx._observation = None
-        ctx.llm = bridge
+        ctx._llm = bridge
         if self._private:
-            artifact, input = private_artifact(artifact), private_copy(input)
-            started = clock()  # the copies are the engine's work, not the call's time
+            copy_artifact, copy_input, _ = self._copies
+            copied = False
+            if copy_artifact and type(artifact) not in atoms:
+                artifact, copied = private_artifact(artifact), True
+            if copy_input and type(input) not in atoms:
+                input, copied = private_copy(input), True
+            if copied:
+                started = clock()  # the copies are the engine's work, not the call's time
         try:
             raw = self._fn(artifact, input)
         except (Exception, SystemExit) as exc:

@@ -120,9 +120,13 @@ class _Job:
     def finish_one(self) -> None:
         """Count one outcome as stored; the last one wakes the submitter."""
         if next(self.finished) == self.size - 1:
-            # A closed loop means nobody is waiting any more.
-            with contextlib.suppress(RuntimeError):
-                self.loop.call_soon_threadsafe(_resolve, self.future)
+            self.resolve()
+
+    def resolve(self) -> None:
+        """From any thread: every outcome is stored; wake the submitter."""
+        # A closed loop means nobody is waiting any more.
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(_resolve, self.future)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -139,11 +143,16 @@ class _Worker(threading.Thread):
         self.abandoned = False
         self.calls = 0
         self.in_call = False
+        #: The job and the index of the call running now, for :meth:`_bridge`.
+        self.job: _Job | None = None
+        self.index = 0
 
     def run(self) -> None:
         pool = self.pool
         # private: each call gets its own copy of the example's data (one engine, one memory)
         invoker = SyncInvoker(pool.fn, pool.stage, private=True)
+        if pool.handler is not None:
+            invoker.context.make_bridge = self._bridge
         invoker.enter()  # this thread's context, for good: no set/reset per call
         jobs = pool.jobs
         while True:
@@ -153,37 +162,64 @@ class _Worker(threading.Thread):
             if not self._work(job, invoker):
                 return
 
+    def _bridge(self) -> LoopBridge:
+        """The running call's model bridge, made when the call first reaches for it
+        (``skynet.llm``, a routed SDK call), and kept for :meth:`ThreadExecutor.submit`
+        to cancel."""
+        job, index, pool = self.job, self.index, self.pool
+        assert job is not None and pool.handler is not None
+        token = job.calls[index].token
+        bridge = job.bridges[index] = LoopBridge(job.loop, pool.handler, token, pool.stage)
+        if job.cancelled:  # cancelled before it was kept: the submit's cancel missed it
+            bridge.cancel()
+        return bridge
+
     def _work(self, job: _Job, invoker: SyncInvoker, clock: Any = perf_counter_ns) -> bool:
         """Claim and run calls of ``job`` until none is left; False once abandoned.
 
+        The loop is the engine's own cost per call of a cheap function: the call's fields
+        go to :meth:`SyncInvoker.score` / :meth:`SyncInvoker.run` from here, and the
+        bridge to the loop is made only for a call that asks for one (:meth:`_bridge`).
+
         ``clock``: bound when the engine is imported, before any user file (see
         ``evaluator._call._calls``)."""
-        invoke = invoker.invoke
-        handler = self.pool.handler
-        stage = self.pool.stage
+        scoring = invoker.stage == "score"
+        score, run = invoker.score, invoker.run
         calls = job.calls
         size = job.size
-        loop = job.loop
+        last = size - 1
         running = job.running
         claims = job.claims
+        finished = job.finished
         outcomes = job.outcomes
+        bridges = job.bridges
+        self.job = job
         while not job.cancelled:
             index = next(claims)
             if index >= size:
                 break
-            call = calls[index]
-            bridge = None
-            if handler is not None:
-                bridge = job.bridges[index] = LoopBridge(loop, handler, call.token, stage)
+            call: Any = calls[index]
+            self.index = index
             self.in_call = True
             started = clock()
             running[index] = (self, started)
             try:
-                outcome = invoke(call, bridge, started)
+                if scoring:
+                    outcome = score(
+                        call.example_id,
+                        call.observation,
+                        call.input,
+                        call.output,
+                        call.expected,
+                        None,
+                        started,
+                    )
+                else:
+                    outcome = run(call.example_id, call.artifact, call.input, None, started)
             except BaseException as exc:  # KeyboardInterrupt and such, from user code
                 outcome = invoker.failed(exc, started)
-            if bridge is not None:
-                del job.bridges[index]
+            if bridges:
+                bridges.pop(index, None)
             self.in_call = False
             self.calls += 1
             if running.pop(index, None) is None:
@@ -192,7 +228,8 @@ class _Worker(threading.Thread):
                 self.pool._retired(self)
                 return False
             outcomes[index] = outcome
-            job.finish_one()
+            if next(finished) == last:  # the last outcome: wake the submitter
+                job.resolve()
         return True
 
 

@@ -487,6 +487,73 @@ class TestEachCallGetsItsOwnCopy:
         assert first[0].feedback == "input=['nested', 'q'] nested=['x'] label=B"
 
 
+NESTED_MUTATING_METRIC = """
+def score(input, output, expected=None):
+    seen = (list(input["nested"]), list(expected["labels"]), list(output["items"]))
+    input["nested"].append("metric")
+    input["deep"]["k"].append(1)
+    expected["labels"].append("corrupted")
+    output["items"].append("corrupted")
+    good = seen == (["x"], ["B"], ["o"])
+    return (1.0 if good else 0.0), {"feedback": repr(seen)}
+"""
+
+#: Never names ``input`` in its code, and edits it through ``locals()``: introspection
+#: makes every argument a private copy.
+INTROSPECTING_METRIC = """
+def score(input, output, expected=None):
+    own = locals()
+    mine = own[next(name for name in own if name.startswith("inp"))]
+    seen = list(mine["nested"])
+    mine["nested"].append("metric")
+    return (1.0 if seen == ["x"] else 0.0), {"feedback": repr(seen)}
+"""
+
+
+class TestNestedDataIsCopiedToo:
+    @pytest.mark.parametrize("execution", ["thread", "inline", "async"])
+    async def test_nested_mutations_reach_neither_the_caller_nor_the_next_call(
+        self, tmp_path: Path, execution: str
+    ) -> None:
+        """A metric that edits lists nested in its input, expected and output changes
+        neither the caller's rows, nor the output recorded in the result, nor what the
+        next evaluation of the same rows sees."""
+        source = NESTED_MUTATING_METRIC
+        if execution == "async":
+            source = source.replace("def score", "async def score")
+        metric = write(tmp_path, "metric.py", source)
+        rows = [
+            {
+                "id": i,
+                "input": {"nested": ["x"], "deep": {"k": []}},
+                "expected": {"labels": ["B"]},
+                "output": {"items": ["o"]},
+            }
+            for i in range(4)
+        ]
+        before = json.dumps(rows)
+        async with Evaluator(metric, execution=execution, timeout=10) as ev:
+            first = await ev.evaluate_many(None, rows)
+            second = await ev.evaluate_many(None, rows)
+        assert [r.score for r in first + second] == [1.0] * 8, first[0].feedback
+        assert json.dumps(rows) == before
+        assert all(r.output == {"items": ["o"]} for r in first + second)
+
+    @pytest.mark.parametrize("execution", ["thread", "inline"])
+    async def test_a_metric_reaching_its_input_through_locals_gets_a_copy(
+        self, tmp_path: Path, execution: str
+    ) -> None:
+        """A metric whose code never names ``input`` but edits it through ``locals()``
+        still edits only its own copy."""
+        metric = write(tmp_path, "metric.py", INTROSPECTING_METRIC)
+        examples = [Example(id=i, input={"nested": ["x"]}, output="a") for i in range(3)]
+        async with Evaluator(metric, execution=execution, timeout=10) as ev:
+            first = await ev.evaluate_many(None, examples)
+            second = await ev.evaluate_many(None, examples)
+        assert [r.score for r in first + second] == [1.0] * 6, first[0].feedback
+        assert [e.input for e in examples] == [{"nested": ["x"]}] * 3
+
+
 # -- 6. clocks user code patches -----------------------------------------------------------
 
 CLOCK_PATCHER = """

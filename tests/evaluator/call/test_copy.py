@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+import sys
 import threading
 from typing import Any
 
 import msgspec
 import pytest
 
-from evaluator._call._copy import private_artifact, private_copy
+from evaluator._call._copy import private_artifact, private_copy, unread_arguments
 
 
 class Point:
@@ -92,3 +94,67 @@ class TestPrivateArtifact:
         loop: list[Any] = [1]
         loop.append(loop)
         assert private_artifact(loop) is loop
+
+
+def _exact(input: Any, output: Any, expected: Any = None) -> Any:
+    want = expected["label"]
+    return (1.0 if output == want else 0.0), {"feedback": f"{want!r} {output!r}"}
+
+
+def _closes_over(input: Any, output: Any, expected: Any = None) -> Any:
+    def later() -> Any:
+        return input
+
+    return 1.0, {"feedback": str(later)}
+
+
+def _introspects(input: Any, output: Any, expected: Any = None) -> Any:
+    return 1.0, {"feedback": str(sys._getframe().f_locals)}
+
+
+def _helper_introspects(input: Any, output: Any, expected: Any = None) -> Any:
+    def peek() -> Any:
+        return sys._getframe(1).f_locals
+
+    return 1.0, {"feedback": str(peek())}
+
+
+def _rebinds(input: Any, output: Any) -> Any:
+    input = {}
+    return input
+
+
+class _Callable:
+    def __call__(self, input: Any, output: Any, expected: Any = None) -> Any:
+        return 1.0, {"feedback": ""}
+
+
+@functools.wraps(_exact)
+def _wrapped(*args: Any) -> Any:
+    return _exact(*args)
+
+
+class TestUnreadArguments:
+    def test_a_parameter_never_named_is_unread(self) -> None:
+        """An exact-match metric reads output and expected, never input."""
+        assert unread_arguments(_exact, 3) == (True, False, False)
+
+    def test_a_closure_reads_what_it_closes_over(self) -> None:
+        """A nested function that refers to a parameter reads it (and the rest are unread)."""
+        assert unread_arguments(_closes_over, 3) == (False, True, True)
+
+    @pytest.mark.parametrize("fn", [_introspects, _helper_introspects])
+    def test_introspection_reads_everything(self, fn: Any) -> None:
+        """A frame reached from the function, or from a function nested in it, reaches
+        every argument."""
+        assert unread_arguments(fn, 3) == (False, False, False)
+
+    def test_reading_after_a_rebinding_counts_as_reading(self) -> None:
+        """Any load of the name counts, even of the rebound name: no flow analysis."""
+        assert unread_arguments(_rebinds, 2) == (False, True)
+
+    @pytest.mark.parametrize("fn", [_Callable(), _wrapped, len])
+    def test_what_is_not_a_plain_function_reads_everything(self, fn: Any) -> None:
+        """A callable object, a wrapper (``*args``, ``__wrapped__``) and a builtin:
+        their code is not the one that receives the arguments."""
+        assert unread_arguments(fn, 3) == (False, False, False)
