@@ -141,8 +141,9 @@ class _Worker(threading.Thread):
         super().__init__(name=f"skynet-{pool.kind}-{pool.stage}-{number}", daemon=True)
         self.pool = pool
         self.abandoned = False
+        #: Calls run, counted as each claim of a job ends (what is running now is in
+        #: its job's ``running``: :meth:`ThreadExecutor.statistics` reads that).
         self.calls = 0
-        self.in_call = False
         #: The job and the index of the call running now, for :meth:`_bridge`.
         self.job: _Job | None = None
         self.index = 0
@@ -194,13 +195,13 @@ class _Worker(threading.Thread):
         outcomes = job.outcomes
         bridges = job.bridges
         self.job = job
+        done = 0
         while not job.cancelled:
             index = next(claims)
             if index >= size:
                 break
             call: Any = calls[index]
             self.index = index
-            self.in_call = True
             started = clock()
             running[index] = (self, started)
             try:
@@ -220,16 +221,17 @@ class _Worker(threading.Thread):
                 outcome = invoker.failed(exc, started)
             if bridges:
                 bridges.pop(index, None)
-            self.in_call = False
-            self.calls += 1
+            done += 1
             if running.pop(index, None) is None:
                 # The watchdog already gave this call its timeout outcome and a fresh
                 # thread took this one's place: retire quietly.
+                self.calls += done
                 self.pool._retired(self)
                 return False
             outcomes[index] = outcome
             if next(finished) == last:  # the last outcome: wake the submitter
                 job.resolve()
+        self.calls += done
         return True
 
 
@@ -285,6 +287,7 @@ class ThreadExecutor(ExecutorBase):
         self._numbers = itertools.count()
         self._timeouts = 0
         self._outstanding = 0  # calls of the submits not returned yet, on the loop only
+        self._live: set[_Job] = set()  # the jobs of those submits
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -323,6 +326,7 @@ class ThreadExecutor(ExecutorBase):
         # once (one example per chunk, as a metric slow on its judge gets) shared the
         # few threads the first one started.
         self._outstanding += job.size
+        self._live.add(job)
         wanted = min(self._outstanding, self.workers)
         while len(self._threads) < wanted:
             self._spawn()
@@ -342,6 +346,8 @@ class ThreadExecutor(ExecutorBase):
             raise
         finally:
             self._outstanding -= job.size
+            if not job.running:  # else cancelled, its running calls still busy in their threads
+                self._live.discard(job)
         job.timer.cancel()
         return cast(list[Outcome], job.outcomes)
 
@@ -393,11 +399,18 @@ class ThreadExecutor(ExecutorBase):
         self._threads.clear()
 
     def statistics(self) -> ThreadExecutorStatistics:
+        threads = set(self._threads)  # the running calls of abandoned threads are not busy
+        self._live = {j for j in self._live if j.running or not j.future.done()}
         return self._snapshot(
             ThreadExecutorStatistics,
             calls=sum(w.calls for w in self._all),
             timeouts=self._timeouts,
-            busy=sum(1 for t in list(self._threads) if t.in_call),
+            busy=sum(
+                1
+                for job in list(self._live)
+                for worker, _ in list(job.running.values())
+                if worker in threads
+            ),
             abandoned_threads=self._abandoned_total,
             abandoned_alive=sum(1 for t in list(self._abandoned) if t.is_alive()),
             cancelled_calls=self._cancelled_calls,
