@@ -112,7 +112,9 @@ class _Job:
         self.finished = itertools.count()
         self.loop = loop
         self.future: asyncio.Future[None] = loop.create_future()
-        self.running: dict[int, tuple[_Worker, int]] = {}  # index -> thread, start
+        #: index -> start of each call running now (its thread: the one whose ``job`` and
+        #: ``index`` are this job's and this index, see ``_Worker``).
+        self.running: dict[int, int] = {}
         self.bridges: dict[int, LoopBridge] = {}  # index -> the model bridge of a running call
         self.cancelled = False
         self.timer: asyncio.TimerHandle | None = None
@@ -203,7 +205,7 @@ class _Worker(threading.Thread):
             call: Any = calls[index]
             self.index = index
             started = clock()
-            running[index] = (self, started)
+            running[index] = started
             try:
                 if scoring:
                     outcome = score(
@@ -359,12 +361,15 @@ class ThreadExecutor(ExecutorBase):
         limit = int(self.timeout * 1e9)
         earliest = now + limit
         replaced = 0
-        for index, (worker, started) in list(job.running.items()):
+        for index, started in list(job.running.items()):
             if now - started < limit:
                 earliest = min(earliest, started + limit)
                 continue
             if job.running.pop(index, None) is None:
                 continue  # it just finished: its own outcome stands
+            # Its thread: it set its job and index before publishing the call, and it
+            # cannot claim another call before it pops this one (and finds it gone).
+            worker = next(t for t in list(self._threads) if t.job is job and t.index == index)
             self._abandon(worker)
             self._timeouts += 1
             error = failures.timed_out(
@@ -397,20 +402,16 @@ class ThreadExecutor(ExecutorBase):
             if thread.is_alive():
                 self._abandon(thread)
         self._threads.clear()
+        self._live.clear()  # what still runs is in abandoned threads: not busy
 
     def statistics(self) -> ThreadExecutorStatistics:
-        threads = set(self._threads)  # the running calls of abandoned threads are not busy
         self._live = {j for j in self._live if j.running or not j.future.done()}
         return self._snapshot(
             ThreadExecutorStatistics,
             calls=sum(w.calls for w in self._all),
             timeouts=self._timeouts,
-            busy=sum(
-                1
-                for job in list(self._live)
-                for worker, _ in list(job.running.values())
-                if worker in threads
-            ),
+            # Calls running now (an abandoned thread's call is no longer in ``running``).
+            busy=sum(len(job.running) for job in list(self._live)),
             abandoned_threads=self._abandoned_total,
             abandoned_alive=sum(1 for t in list(self._abandoned) if t.is_alive()),
             cancelled_calls=self._cancelled_calls,
