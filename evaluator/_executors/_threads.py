@@ -234,6 +234,7 @@ class _Worker(threading.Thread):
             if next(finished) == last:  # the last outcome: wake the submitter
                 job.resolve()
         self.calls += done
+        self.job = None  # the job's calls and outcomes are the submitter's now
         return True
 
 
