@@ -209,6 +209,49 @@ class TestThreadExecutor:
         assert sorted(cancelled) == [0, 1, 2, 3]
         assert ex.statistics().abandoned_threads == 0
 
+    async def test_a_call_that_reaches_for_a_model_after_its_submit_was_cancelled_is_refused(
+        self, tmp_path: Path
+    ) -> None:
+        """A call's model bridge is made when the call first asks for it: one made after
+        its submit was cancelled is refused like one cancelled while it waited."""
+        fn = load_metric(
+            write(
+                tmp_path,
+                "late_judge.py",
+                "import threading\n"
+                "from skynet import llm\n"
+                "STARTED, RELEASE, SEEN = threading.Event(), threading.Event(), []\n"
+                "def score(i, o, e=None):\n"
+                "    STARTED.set()\n"
+                "    RELEASE.wait(10)\n"
+                "    try:\n"
+                "        SEEN.append(llm('judge', input='x'))\n"
+                "    except BaseException as exc:\n"
+                "        SEEN.append(type(exc).__name__)\n"
+                "        raise\n"
+                "    return 1.0, {'feedback': 'ok'}\n",
+            )
+        )
+        module: Any = sys.modules[fn.module_name]
+        asked: list[int] = []
+
+        async def handler(
+            token: int, stage: str, instruction: str, input: str | None, options: dict[str, Any]
+        ) -> str:
+            asked.append(token)
+            return "PASS"
+
+        async with ThreadExecutor(fn, "score", timeout=60, workers=1, llm_handler=handler) as ex:
+            task = asyncio.create_task(ex.submit(_calls(["ok"])))
+            assert await asyncio.to_thread(module.STARTED.wait, 10)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            module.RELEASE.set()
+            while ex.statistics().busy:  # noqa: ASYNC110
+                await asyncio.sleep(0.005)
+        assert asked == [] and module.SEEN == ["CancelledError"]
+
 
 class TestInlineExecutor:
     async def test_batch_runs_on_one_dedicated_thread(self, metric: UserFunction) -> None:
