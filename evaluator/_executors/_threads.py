@@ -143,8 +143,9 @@ class _Worker(threading.Thread):
         super().__init__(name=f"skynet-{pool.kind}-{pool.stage}-{number}", daemon=True)
         self.pool = pool
         self.abandoned = False
-        #: Calls run, counted as each claim of a job ends (what is running now is in
-        #: its job's ``running``: :meth:`ThreadExecutor.statistics` reads that).
+        #: Calls run, each counted before its outcome is placed: a submit that returns
+        #: sees its calls counted (what is running now is in its job's ``running``:
+        #: :meth:`ThreadExecutor.statistics` reads that).
         self.calls = 0
         #: The job and the index of the call running now, for :meth:`_bridge`.
         self.job: _Job | None = None
@@ -197,7 +198,6 @@ class _Worker(threading.Thread):
         outcomes = job.outcomes
         bridges = job.bridges
         self.job = job
-        done = 0
         while not job.cancelled:
             index = next(claims)
             if index >= size:
@@ -223,17 +223,15 @@ class _Worker(threading.Thread):
                 outcome = invoker.failed(exc, started)
             if bridges:
                 bridges.pop(index, None)
-            done += 1
+            self.calls += 1
             if running.pop(index, None) is None:
                 # The watchdog already gave this call its timeout outcome and a fresh
                 # thread took this one's place: retire quietly.
-                self.calls += done
                 self.pool._retired(self)
                 return False
             outcomes[index] = outcome
             if next(finished) == last:  # the last outcome: wake the submitter
                 job.resolve()
-        self.calls += done
         self.job = None  # the job's calls and outcomes are the submitter's now
         return True
 
