@@ -150,7 +150,7 @@ def opens_of() -> Any:
     _Opens.watched = None
 
 
-# -- how the three xdist workers share the suite (addopts: -n 3 --dist loadscope) ----------
+# -- how the xdist workers share the suite (addopts: -n 4 --dist loadscope) ---------------
 
 #: Modules run whole by one worker: their tests share a module fixture that costs seconds
 #: to start (a Ray cluster or head, a Chromium), which a worker would otherwise start
