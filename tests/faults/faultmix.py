@@ -365,9 +365,11 @@ class JudgeFaults:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def model(self, **options: Any) -> ModelConfig:
-        """The judge model behind the router; one attempt, a short timeout by default."""
+        """The judge model behind the router; one attempt, a short timeout by default (1 s:
+        a j_timeout reply never comes, and an answered call on a loaded machine, four
+        test workers on 2 cores, has taken past 0.3 s)."""
         options.setdefault("api_key_env", None)
-        options.setdefault("timeout", 0.3)
+        options.setdefault("timeout", 1.0)
         options.setdefault("max_retries", 0)
         options.setdefault("price_input", 0.15)
         options.setdefault("price_output", 0.6)
