@@ -370,9 +370,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     n_cheap, n_memory, n_calls = (
-        (20_000, 100_000, 200) if args.smoke else (200_000, 1_000_000, 2_000)
+        (10_000, 50_000, 200) if args.smoke else (200_000, 1_000_000, 2_000)
     )
-    cli_sizes = (20_000,) if args.smoke else (100_000, 300_000)
+    cli_sizes = (10_000,) if args.smoke else (100_000, 300_000)
     pairs = args.pairs if args.pairs is not None else (1 if args.smoke else 5)
     if pairs < 1:
         parser.error(f"--pairs must be 1 or more, got {pairs}")
