@@ -102,15 +102,26 @@ def remove_orphans(temp: str) -> list[str]:
         pid, sep, _ = name.removeprefix(FOLDER_PREFIX).partition("-")
         if not name.startswith(FOLDER_PREFIX) or not sep or not pid.isdigit():
             continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
+        if _gone(int(pid)):
             path = os.path.join(temp, name)
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
-        except OSError:
-            continue  # alive under another user (EPERM), or not ours to judge
     return removed
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or a zombie (killed, not yet reaped by its parent)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # alive under another user (EPERM): not ours to judge
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rpartition(b")")[2].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 def portable() -> type:

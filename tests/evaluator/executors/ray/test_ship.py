@@ -80,3 +80,20 @@ def test_a_gone_actors_folder_is_removed_and_no_other(tmp_path: Path) -> None:
     assert remove_orphans(str(tmp_path)) == [str(tmp_path / names[0])]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[1:])
     assert remove_orphans(str(tmp_path / "missing")) == []
+
+
+def test_a_killed_actor_not_yet_reaped_is_gone_too(tmp_path: Path) -> None:
+    """A zombie (killed, its parent has not reaped it yet: a removed node's actor under
+    its raylet) holds a pid but runs nothing: its folder goes."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        stat = Path(f"/proc/{child.pid}/stat")
+        if not stat.exists():
+            pytest.skip("needs /proc (Linux) to tell a zombie")
+        while stat.read_bytes().rpartition(b")")[2].split()[0] != b"Z":
+            os.sched_yield()  # until the child has exited, unreaped
+        folder = tmp_path / f"{FOLDER_PREFIX}{child.pid}-abc"
+        folder.mkdir()
+        assert remove_orphans(str(tmp_path)) == [str(folder)]
+    finally:
+        child.wait()
