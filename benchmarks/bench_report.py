@@ -26,21 +26,13 @@ from pathlib import Path
 
 import msgspec
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' helpers
+
 from evaluator import ErrorInfo, Observation, Result, Usage
 from evaluator._report.html import build_report, load_results_file
 from evaluator._report.html._build import write_file
+from tests._helpers import CHROMIUM, CHROMIUM_ARGS
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 WORDS = [
     "the",
     "answer",
@@ -134,7 +126,7 @@ def browser(page_path: Path) -> dict[str, float]:
 
     figures: dict[str, float] = {}
     with sync_playwright() as p:
-        chrome = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        chrome = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = chrome.new_page(viewport={"width": 1400, "height": 900})
             errors: list[str] = []

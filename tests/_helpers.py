@@ -32,6 +32,21 @@ def write(folder: Path, name: str, source: str) -> Path:
     return path
 
 
+#: Debian's Chromium, which the report's browser tests, its benchmark and its screenshots
+#: drive through Playwright, with these flags: headless, and nothing that reaches out.
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
 async def until(
     predicate: Callable[[], T | None],
     what: str | Callable[[], str] = "the condition",

@@ -11,26 +11,20 @@ writes report.png, comparison.png and comparison-example.png in docs/report/.
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the tests' helpers
+
 from evaluator._cli import main
+from tests._helpers import CHROMIUM, CHROMIUM_ARGS
 
 ROOT = Path(__file__).resolve().parents[2]
 CLASSIFY = ROOT / "examples" / "classify"
 OUT = Path(__file__).resolve().parent
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--hide-scrollbars",
-]
+ARGS = [*CHROMIUM_ARGS, "--hide-scrollbars"]
 
 
 def cli(*args: str) -> None:
@@ -82,7 +76,7 @@ def make() -> None:
             "--html", str(compared),
         )  # fmt: skip
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
+            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
             shoot(browser, single, OUT / "report.png", 1320)
             shoot(browser, compared, OUT / "comparison.png", 900, at="#comparison")
             shoot(

@@ -13,18 +13,7 @@ import pytest
 
 from evaluator import ErrorInfo, Observation, Result, Usage
 from evaluator._call._results import ErrorKind
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from tests._helpers import CHROMIUM, CHROMIUM_ARGS
 
 
 def result(
