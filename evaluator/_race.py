@@ -21,16 +21,20 @@ import math
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import msgspec
-import numpy as np
-import numpy.typing as npt
 
 from ._call._results import Result
 from ._exceptions import ConfigError, ResultsFileError
 from ._report import BudgetSummary, budget_summary, result_cost
+
+if TYPE_CHECKING:  # numpy is imported where a race computes: a run that races nothing skips it
+    import numpy as np
+    import numpy.typing as npt
+
+    Matrix = npt.NDArray[np.float64]
 
 __all__ = [
     "RaceCandidate",
@@ -50,7 +54,6 @@ __all__ = [
     "write_race_file",
 ]
 
-Matrix = npt.NDArray[np.float64]
 
 #: Examples in the first round, and how much each later round grows the examples seen.
 FIRST_ROUND = 16
@@ -103,6 +106,8 @@ def betting_log_wealth(z: npt.ArrayLike) -> npt.NDArray[np.float64]:
     Waudby-Smith and Ramdas 2023, aGRAPA). Under the null the wealth is a nonnegative
     supermartingale starting at 1, so by Ville's inequality it ever reaches ``1/delta``
     with probability at most ``delta``, whenever it is looked at: anytime-valid."""
+    import numpy as np
+
     v = np.asarray(z, dtype=np.float64)
     n = v.shape[-1]
     before = np.zeros((*v.shape[:-1], 1))
@@ -121,6 +126,8 @@ def mean_interval(
     sequence: Waudby-Smith and Ramdas 2023, by betting). A mean ``m`` on a grid of the
     range is left out when a bettor against "the mean is at most m", or one against "at
     least m", has ever reached ``2/delta`` on the values so far."""
+    import numpy as np
+
     x = np.asarray(values, dtype=np.float64)
     if x.size == 0:
         return low, high
@@ -501,6 +508,8 @@ class _State:
     def paired(self) -> Matrix:
         """The alive candidates' scores on the examples every one of them was evaluated
         on (the paired test's columns: all of them but those the budget cut)."""
+        import numpy as np
+
         rows = [self.columns[i] for i in self.alive]
         both = [c for c in range(len(self.ids)) if all(row[c] is not None for row in rows)]
         return np.array([[row[c] for c in both] for row in rows], dtype=np.float64).reshape(
@@ -509,6 +518,8 @@ class _State:
 
     def drop(self, decision: Decision, matrix: Matrix, confidence: float, alpha: float) -> None:
         """Drop the candidates ``decision`` beats (positions among the alive), saying why."""
+        import numpy as np
+
         number = len(self.rounds) + 1
         alive = self.alive
         for i in decision.dropped:
@@ -629,6 +640,8 @@ def _result(
     total: int,
     seed: int,
 ) -> RaceResult:
+    import numpy as np
+
     names, columns, ids, alive = state.names, state.columns, state.ids, state.alive
     dropped_round, reasons, rounds = state.dropped_round, state.reasons, state.rounds
     tallies, score_range = state.tallies, state.score_range

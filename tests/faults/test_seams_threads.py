@@ -331,8 +331,16 @@ async def _run(
     program = write(tmp_path, "program.py", source)
     metric = write(tmp_path, "metric.py", ACCEPT)
     models = Models(sdk_base_url=sim.base_url) if simulated else None
+    # The metric inline and one program worker: what is tried is the program's threads
+    # (each worker process imports the openai SDK, a second of CPU on a loaded machine).
     async with Evaluator(
-        metric, program, program_execution=execution, models=models, timeout=120
+        metric,
+        program,
+        execution="inline",
+        program_execution=execution,
+        workers=1,
+        models=models,
+        timeout=120,
     ) as ev:
         results = await ev.evaluate_many({"url": artifact_url, "key": SECRET}, examples(n))
         stats = ev.statistics().models

@@ -1,8 +1,10 @@
-"""`skynet-eval race` end to end through a subprocess, inline: the verdict, the race
+"""`skynet-eval race` end to end (its ``main``, in this process), inline: the verdict, the race
 file, the page, the cache, and each usage error as one line and exit 2."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import random
 import subprocess
@@ -11,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from evaluator._cli import main
 
 PROGRAM = """
 import hashlib
@@ -40,16 +44,20 @@ def race_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def cli(folder: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """The command line's ``main`` in this process, in ``folder``: its exit code and
+    what it printed."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(folder), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return subprocess.CompletedProcess(list(argv), code, out.getvalue(), err.getvalue())
+
+
 def race(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``skynet-eval race`` with inline executors (nothing to start), in ``folder``."""
     base = ["--metric", "m.py", "--program", "p.py", "--data", "d.jsonl"]
     inline = ["--execution", "inline", "--program-execution", "inline"]
-    return subprocess.run(
-        [sys.executable, "-m", "evaluator", "race", *base, *inline, *args],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return cli(folder, "race", *base, *inline, *args)
 
 
 ARTIFACTS = ("--artifact", "weak.json", "--artifact", "strong.json", "--artifact", "middle.json")
@@ -86,23 +94,11 @@ class TestRace:
     def test_report_renders_a_race_file(self, race_dir: Path) -> None:
         """`skynet-eval report race.json --html` draws the race's page, and prints it."""
         assert race(race_dir, *ARTIFACTS, "--output", "race.json").returncode == 0
-        done = subprocess.run(
-            [sys.executable, "-m", "evaluator", "report", "race.json", "--html", "page.html"],
-            cwd=race_dir,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = cli(race_dir, "report", "race.json", "--html", "page.html")
         assert done.returncode == 0, done.stderr
         assert "winner: strong.json" in done.stdout
         assert 'id="race-matrix"' in (race_dir / "page.html").read_text()
-        refused = subprocess.run(
-            [sys.executable, "-m", "evaluator", "report", "race.json", "--baseline", "race.json"],
-            cwd=race_dir,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        refused = cli(race_dir, "report", "race.json", "--baseline", "race.json")
         assert refused.returncode == 2 and "--baseline" in refused.stderr
         assert "Traceback" not in refused.stderr
 

@@ -207,25 +207,40 @@ def _head(folder: Path, env: dict[str, str]) -> Iterator[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Path]]:
     """A cluster from `ray start --head --block` on free ports: its address, its Ray
-    Client address and its Ray temp dir."""
-    with _ray_temp() as ray_temp, _head(tmp_path_factory.mktemp("head"), _env(ray_temp)) as a:
-        yield (*a, ray_temp)
+    Client address and its Ray temp dir. Its processes load :data:`_CRASH_FIRST_SERVER`,
+    which does nothing until a test arms it (:data:`ARMED`, a file in the temp dir)."""
+    folder = tmp_path_factory.mktemp("head")
+    hooks = folder / "hooks"
+    hooks.mkdir()
+    with _ray_temp() as ray_temp:
+        code = _CRASH_FIRST_SERVER.format(
+            armed=str(ray_temp / ARMED), marker=str(ray_temp / CRASHED)
+        )
+        (hooks / "sitecustomize.py").write_text(textwrap.dedent(code))
+        env = _env(ray_temp)
+        env["PYTHONPATH"] = os.pathsep.join([str(hooks), env["PYTHONPATH"]])
+        with _head(folder, env) as addresses:
+            yield (*addresses, ray_temp)
 
 
-#: Loaded by every Python process of the crashing head: in its Ray Client proxy, the
-#: child of its first fork (the server for the first client, before it executes
-#: anything) dies of a segmentation fault, as those children did now and then. The
-#: first fork is told in the parent (``before``), so later children run no more Python
-#: than they would anyway.
+ARMED, CRASHED = "crash-the-next-server", "crashed"
+
+#: Loaded by every Python process of the head: once armed, in its Ray Client proxy, the
+#: child of the next fork (the server for the next client, before it executes anything)
+#: dies of a segmentation fault, as those children did now and then; the arm is used up.
+#: The crashing fork is told in the parent (``before``), so other children run no more
+#: Python than they would anyway.
 _CRASH_FIRST_SERVER = """
 import os, signal
 
 _forks = []
 
 def _before():
-    if not _forks:
+    crash = os.path.exists({armed!r})
+    if crash:
+        os.remove({armed!r})
         open({marker!r}, "w").close()
-    _forks.append(not _forks)
+    _forks.append(crash)
 
 def _in_parent():
     _forks[-1] = False
@@ -241,24 +256,19 @@ with open("/proc/self/cmdline", "rb") as cmdline:
 
 
 @pytest.mark.timeout(240)
-def test_run_when_the_ray_client_server_dies_as_it_starts(tmp_path: Path) -> None:
+def test_run_when_the_ray_client_server_dies_as_it_starts(head: tuple[str, str, Path]) -> None:
     """Through Ray Client, a server for the connection that dies as the head's proxy
     starts it (the proxy answers "Starting Ray client server failed") costs a warning and
     a second server, not a hang: the engine connects again and the run completes. (It
     hung until the proxy gave up on the dead server, 120 s here, then failed; this run
-    starts a head and two servers, so its guard is 150 s, on two loaded cores 81 s.)"""
+    starts two servers, so its guard is 150 s, on two loaded cores 81 s.)"""
     pytest.importorskip("grpc")  # Ray Client: the extra ray[client]
-    hooks = tmp_path / "hooks"
-    hooks.mkdir()
-    marker = tmp_path / "crashed"
-    code = textwrap.dedent(_CRASH_FIRST_SERVER).format(marker=str(marker))
-    (hooks / "sitecustomize.py").write_text(code)
-    with _ray_temp() as head_temp, _ray_temp() as run_temp:
-        env = _env(head_temp)
-        env["PYTHONPATH"] = os.pathsep.join([str(hooks), env["PYTHONPATH"]])
-        with _head(tmp_path, env) as (_, client):
-            done = _run("--ray-address", client, ray_temp=run_temp, logs=head_temp, guard=150)
-    assert marker.exists(), "the proxy's first server was not made to crash"
+    _, client, head_temp = head
+    (head_temp / ARMED).touch()
+    with _ray_temp() as run_temp:
+        done = _run("--ray-address", client, ray_temp=run_temp, logs=head_temp, guard=150)
+    assert (head_temp / CRASHED).exists(), "the proxy's server was not made to crash"
+    assert not (head_temp / ARMED).exists()
     _check_report(done)
     assert "connecting again (2 of 3)" in done.stderr, done.stderr[-3000:]
 
