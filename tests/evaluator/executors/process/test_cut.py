@@ -124,10 +124,16 @@ class TestCut:
                 if r % 2 and look + 3 < size:  # a look made stale for sure: two claims on
                     _wait(lambda r=r, i=look + 2: state[INDEX] >= i or counts[1] == r, "claims")
                 start = cut(state, state_map, (r, look + 1), r)
-                assert start is not None and start[0] == r and start[1] >= look + 1
                 _wait(lambda r=r: counts[1] == r, f"round {r} to end")
                 base = 2 + (r - 1) * size
                 ran = counts[base : base + size].tolist()
+                if start is None:
+                    # The lock was not had within the cut's wait (the worker, holding
+                    # it, was preempted on a loaded machine): nothing is taken back,
+                    # every call runs once.
+                    assert ran == [1] * size, f"round {r}"
+                    continue
+                assert start[0] == r and start[1] >= look + 1
                 assert ran == [1] * start[1] + [0] * (size - start[1]), f"round {r}"
                 moved.append(start[1] > look + 1)
                 taken.append(start[1] < size)
@@ -141,6 +147,7 @@ class TestCut:
             counts_map.close()
         # The race was run, not avoided: the worker claimed past the look before many
         # cuts, and many cuts still took calls back.
+        assert len(moved) >= rounds // 2, f"the lock was had in {len(moved)} of {rounds} cuts"
         assert sum(moved) >= rounds // 4 and sum(taken) >= rounds // 4, (moved, taken)
 
     def test_the_cut_starts_no_earlier_than_asked(
