@@ -16,13 +16,6 @@ os.environ.setdefault(
     "DSPY_CACHEDIR", os.path.join(os.environ.get("TMPDIR", "/tmp"), "skynet-dspy-cache")
 )
 os.environ.pop("OPENAI_API_KEY", None)
-# Bytecode is cached, even where the environment says not to (CI images set
-# PYTHONDONTWRITEBYTECODE): else each of the four workers rewrites the asserts of every
-# test module again (11 s of CPU each), and every process a test starts (a command, a
-# worker, a Ray node) compiles the engine from source again. Set before any test module
-# is imported and before the workers start, which inherit it.
-os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-sys.dont_write_bytecode = False
 # Ray (the "ray" executor's tests): the driver and every node on loopback; read when Ray
 # is imported, so set before any test module can import it.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
