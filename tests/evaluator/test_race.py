@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -443,3 +445,14 @@ class TestRaceUnderABudget:
         assert race.outcome == "budget" and race.spend.evaluations == 36
         assert race.budget is not None and race.budget.calls == 36
         assert race.spend.exhausted == 4
+
+
+def test_the_command_line_imports_numpy_only_for_a_race() -> None:
+    """numpy (0.1 s of every command's start) is imported where a race computes: loading
+    the command line and the Evaluator leaves it out."""
+    code = "import sys, evaluator._cli, evaluator; print('numpy' in sys.modules)"
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
+    )
+    assert done.stdout.strip() == "False", done.stdout + done.stderr
