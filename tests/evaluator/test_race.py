@@ -450,7 +450,7 @@ class TestRaceUnderABudget:
 def test_the_command_line_imports_numpy_only_for_a_race() -> None:
     """numpy (0.1 s of every command's start) is imported where a race computes: loading
     the command line and the Evaluator leaves it out."""
-    code = "import sys, evaluator._cli, evaluator; print('numpy' in sys.modules)"
+    code = "import sys, evaluator._cli, evaluator._pipeline; print('numpy' in sys.modules)"
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
