@@ -207,13 +207,13 @@ def _head(folder: Path, env: dict[str, str]) -> Iterator[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Path]]:
     """A cluster from `ray start --head --block` on free ports: its address, its Ray
-    Client address and its Ray temp dir. Its processes load :data:`_CRASH_FIRST_SERVER`,
+    Client address and its Ray temp dir. Its processes load :data:`_CRASH_NEXT_SERVER`,
     which does nothing until a test arms it (:data:`ARMED`, a file in the temp dir)."""
     folder = tmp_path_factory.mktemp("head")
     hooks = folder / "hooks"
     hooks.mkdir()
     with _ray_temp() as ray_temp:
-        code = _CRASH_FIRST_SERVER.format(
+        code = _CRASH_NEXT_SERVER.format(
             armed=str(ray_temp / ARMED), marker=str(ray_temp / CRASHED)
         )
         (hooks / "sitecustomize.py").write_text(textwrap.dedent(code))
@@ -230,7 +230,7 @@ ARMED, CRASHED = "crash-the-next-server", "crashed"
 #: dies of a segmentation fault, as those children did now and then; the arm is used up.
 #: The crashing fork is told in the parent (``before``), so other children run no more
 #: Python than they would anyway.
-_CRASH_FIRST_SERVER = """
+_CRASH_NEXT_SERVER = """
 import os, signal
 
 _forks = []
