@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import signal
 import socket
 import sys
 from typing import Any
@@ -16,6 +17,11 @@ os.environ.setdefault(
     "DSPY_CACHEDIR", os.path.join(os.environ.get("TMPDIR", "/tmp"), "skynet-dspy-cache")
 )
 os.environ.pop("OPENAI_API_KEY", None)
+# A suite started in the background of a script inherits SIGINT ignored, and so would
+# every command the tests start (an ignored signal survives exec): the Ctrl-C tests
+# would wait for a stop that cannot come. Ctrl-C acts as in a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 # Ray (the "ray" executor's tests): the driver and every node on loopback; read when Ray
 # is imported, so set before any test module can import it.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
