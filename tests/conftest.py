@@ -17,6 +17,13 @@ os.environ.setdefault(
     "DSPY_CACHEDIR", os.path.join(os.environ.get("TMPDIR", "/tmp"), "skynet-dspy-cache")
 )
 os.environ.pop("OPENAI_API_KEY", None)
+# Bytecode is cached, even where the environment says not to (CI images set
+# PYTHONDONTWRITEBYTECODE): else each of the four workers rewrites the asserts of every
+# test module again (11 s of CPU each), and every process a test starts (a command, a
+# worker, a Ray node) compiles the engine from source again. Set before any test module
+# is imported and before the workers start, which inherit it.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 # A suite started in the background of a script inherits SIGINT ignored, and so would
 # every command the tests start (an ignored signal survives exec): the Ctrl-C tests
 # would wait for a stop that cannot come. Ctrl-C acts as in a terminal.
